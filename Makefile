@@ -1,0 +1,24 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-all bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[ray,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/regal data info data/real/resnet50_infer_b1.npz
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -m ''
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,449 @@
+"""The computation-graph data model (DESIGN §3).
+
+A `ComputationGraph` is a named tuple of read-only numpy arrays, built once by
+`build_graph` (which validates everything) and shared by every consumer: the
+simulator, the decoder, the policy's featurizer and the baselines.
+
+Ids: ops are `0..n-1`; tensors are `0..t-1` and run in op order, then output
+port, so the outputs of op `v` are `output_ptr[v]:output_ptr[v+1]`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+__all__ = ["ComputationGraph", "GraphError", "GraphBuilder", "build_graph", "summarize"]
+
+
+class GraphError(ValueError):
+    """An invalid graph; the message names the offending op, tensor or field."""
+
+
+class ComputationGraph(NamedTuple):
+    # ops
+    names: np.ndarray              # [n] str
+    op_types: np.ndarray           # [n] str ('' when unknown)
+    compute_cost: np.ndarray       # [n] float64, microseconds
+    temporary_memory: np.ndarray   # [n] int64 bytes, held while the op runs
+    persistent_memory: np.ndarray  # [n] int64 bytes, held for the whole run
+    is_final: np.ndarray           # [n] bool (CostGraphDef's is_final; informational)
+    # tensors
+    tensor_producer: np.ndarray    # [t] int32, non-decreasing
+    tensor_size: np.ndarray        # [t] int64 bytes
+    tensor_alias: np.ndarray       # [t] int32, input tensor this one aliases, or -1
+    output_ptr: np.ndarray         # [n+1] int32: outputs of v = output_ptr[v]:output_ptr[v+1]
+    # data edges, in input-port order per consumer (a tensor may repeat)
+    input_ptr: np.ndarray          # [n+1] int32
+    input_tensor: np.ndarray       # [e] int32
+    # control edges
+    control_ptr: np.ndarray        # [n+1] int32: control predecessors of v
+    control_pred: np.ndarray       # [c] int32
+    # derived adjacency
+    consumer_ptr: np.ndarray       # [t+1] int32
+    consumer: np.ndarray           # unique consumers of each tensor, ascending
+    succ_ptr: np.ndarray           # [n+1] int32
+    succ: np.ndarray               # unique successors (data + control), ascending
+    pred_ptr: np.ndarray           # [n+1] int32
+    pred: np.ndarray               # unique predecessors (data + control), ascending
+    topo_order: np.ndarray         # [n] int32
+
+    # -- sizes -------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return len(self.names)
+
+    @property
+    def num_tensors(self) -> int:
+        return len(self.tensor_producer)
+
+    @property
+    def num_data_edges(self) -> int:
+        return len(self.input_tensor)
+
+    @property
+    def num_control_edges(self) -> int:
+        return len(self.control_pred)
+
+    @property
+    def tensor_port(self) -> np.ndarray:
+        """Output port of every tensor on its producer."""
+        return (np.arange(self.num_tensors, dtype=np.int32)
+                - self.output_ptr[self.tensor_producer]).astype(np.int32)
+
+    def outputs(self, v: int) -> np.ndarray:
+        return np.arange(self.output_ptr[v], self.output_ptr[v + 1], dtype=np.int32)
+
+    def inputs(self, v: int) -> np.ndarray:
+        return self.input_tensor[self.input_ptr[v]:self.input_ptr[v + 1]]
+
+    def control_inputs(self, v: int) -> np.ndarray:
+        return self.control_pred[self.control_ptr[v]:self.control_ptr[v + 1]]
+
+    def consumers(self, tensor: int) -> np.ndarray:
+        return self.consumer[self.consumer_ptr[tensor]:self.consumer_ptr[tensor + 1]]
+
+    def successors(self, v: int) -> np.ndarray:
+        return self.succ[self.succ_ptr[v]:self.succ_ptr[v + 1]]
+
+    def predecessors(self, v: int) -> np.ndarray:
+        return self.pred[self.pred_ptr[v]:self.pred_ptr[v + 1]]
+
+    def index_of(self, name: str) -> int:
+        hits = np.flatnonzero(self.names == name)
+        if len(hits) == 0:
+            raise KeyError(f"no op named {name!r}")
+        return int(hits[0])
+
+    def depth(self) -> int:
+        """Number of ops on the longest path (1 for a single op)."""
+        level = np.zeros(self.num_nodes, dtype=np.int64)
+        pp, pr = self.pred_ptr, self.pred
+        for v in self.topo_order:
+            a, b = pp[v], pp[v + 1]
+            if b > a:
+                level[v] = level[pr[a:b]].max() + 1
+        return int(level.max()) + 1
+
+    def fingerprint(self) -> str:
+        """A stable hash of everything that defines the graph (solutions record it)."""
+        h = hashlib.sha256()
+        h.update("\0".join(self.names.tolist()).encode())
+        for field in ("compute_cost", "temporary_memory", "persistent_memory",
+                      "tensor_producer", "tensor_size", "tensor_alias", "input_ptr",
+                      "input_tensor", "control_ptr", "control_pred"):
+            arr = getattr(self, field)
+            h.update(field.encode())
+            h.update(np.ascontiguousarray(arr).tobytes())
+        return h.hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        return (f"ComputationGraph(ops={self.num_nodes}, tensors={self.num_tensors}, "
+                f"data_edges={self.num_data_edges}, control_edges={self.num_control_edges})")
+
+    def equals(self, other: "ComputationGraph") -> bool:
+        """Field-by-field array equality (NamedTuple's == would compare arrays elementwise)."""
+        return all(np.array_equal(a, b) for a, b in zip(self, other))
+
+
+# ---------------------------------------------------------------------------
+# construction and validation
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    a.setflags(write=False)
+    return a
+
+
+def _csr(keys: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Group `values` by `keys` (0..size-1), stable: returns (ptr, values in key order)."""
+    order = np.argsort(keys, kind="stable")
+    ptr = np.zeros(size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=size), out=ptr[1:])
+    return ptr.astype(np.int32), values[order].astype(np.int32)
+
+
+def _unique_pairs(src: np.ndarray, dst: np.ndarray, num_src: int,
+                  num_dst: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unique (src, dst) pairs as a CSR over src (0..num_src-1) with ascending dst."""
+    key = np.unique(np.asarray(src, np.int64) * num_dst + np.asarray(dst, np.int64))
+    s, d = key // num_dst, key % num_dst
+    ptr = np.zeros(num_src + 1, dtype=np.int64)
+    np.cumsum(np.bincount(s, minlength=num_src), out=ptr[1:])
+    return ptr.astype(np.int32), d.astype(np.int32)
+
+
+def _as(name: str, values, dtype, length: int | None, what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise GraphError(f"field {name!r}: cannot read as {np.dtype(dtype).name} ({exc})") from None
+    if arr.ndim != 1:
+        raise GraphError(f"field {name!r}: expected a 1-D array, got shape {arr.shape}")
+    if length is not None and len(arr) != length:
+        raise GraphError(f"field {name!r}: expected one value per {what} ({length}), got {len(arr)}")
+    return arr
+
+
+def _check_nonnegative(field: str, arr: np.ndarray, labels, kind: str) -> None:
+    bad = ~(arr >= 0)  # catches NaN too
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise GraphError(f"{kind} {labels(i)}: {field} must be a non-negative number, got {arr[i]}")
+
+
+def build_graph(
+    *,
+    names: Sequence[str],
+    compute_cost,
+    tensor_producer,
+    tensor_size,
+    input_ptr,
+    input_tensor,
+    temporary_memory=None,
+    persistent_memory=None,
+    op_types: Sequence[str] | None = None,
+    is_final=None,
+    tensor_alias=None,
+    control_src=(),
+    control_dst=(),
+) -> ComputationGraph:
+    """Validate raw arrays and derive the adjacency; raises `GraphError` on bad input.
+
+    `tensor_producer` must be non-decreasing (tensors in op order, then port).
+    `input_ptr`/`input_tensor` is a CSR of each op's input tensors in port order.
+    """
+    names_arr = np.asarray(list(names), dtype=str)
+    n = len(names_arr)
+    if n == 0:
+        raise GraphError("empty graph: it has no ops")
+    if names_arr.ndim != 1:
+        raise GraphError("field 'names': expected a list of op names")
+    uniq, counts = np.unique(names_arr, return_counts=True)
+    if len(uniq) != n:
+        raise GraphError(f"duplicate op name {str(uniq[np.argmax(counts > 1)])!r}")
+
+    def op(i: int) -> str:
+        return repr(str(names_arr[i]))
+
+    cost = _as("compute_cost", compute_cost, np.float64, n, "op")
+    temp = _as("temporary_memory", np.zeros(n) if temporary_memory is None else temporary_memory,
+               np.float64, n, "op")
+    pers = _as("persistent_memory", np.zeros(n) if persistent_memory is None else persistent_memory,
+               np.float64, n, "op")
+    for field, arr in (("compute_cost", cost), ("temporary_memory", temp),
+                       ("persistent_memory", pers)):
+        _check_nonnegative(field, arr, op, "op")
+        if not np.isfinite(arr).all():
+            i = int(np.flatnonzero(~np.isfinite(arr))[0])
+            raise GraphError(f"op {op(i)}: {field} must be finite, got {arr[i]}")
+    types = np.asarray([""] * n if op_types is None else list(op_types), dtype=str)
+    if len(types) != n:
+        raise GraphError(f"field 'op_types': expected one value per op ({n}), got {len(types)}")
+    final = _as("is_final", np.zeros(n, bool) if is_final is None else is_final, bool, n, "op")
+
+    producer = _as("tensor_producer", tensor_producer, np.int64, None, "tensor")
+    t = len(producer)
+    size = _as("tensor_size", tensor_size, np.float64, t, "tensor")
+    alias = _as("tensor_alias", np.full(t, -1) if tensor_alias is None else tensor_alias,
+                np.int64, t, "tensor")
+    if t:
+        bad = (producer < 0) | (producer >= n)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise GraphError(f"tensor {i}: producer {producer[i]} is not an op (graph has {n} ops)")
+        bad = np.diff(producer) < 0
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0]) + 1
+            raise GraphError(f"tensor {i}: tensors must be ordered by producer, then port")
+
+    def tensor(i: int) -> str:
+        p = int(producer[i])
+        return f"{i} (output of op {op(p)})"
+
+    _check_nonnegative("size", size, tensor, "tensor")
+    if t and not np.isfinite(size).all():
+        i = int(np.flatnonzero(~np.isfinite(size))[0])
+        raise GraphError(f"tensor {tensor(i)}: size must be finite, got {size[i]}")
+
+    iptr = _as("input_ptr", input_ptr, np.int64, n + 1, "op plus one")
+    itensor = _as("input_tensor", input_tensor, np.int64, None, "data edge")
+    if iptr[0] != 0 or (np.diff(iptr) < 0).any() or iptr[-1] != len(itensor):
+        raise GraphError("field 'input_ptr': not a valid CSR offset array for 'input_tensor'")
+    consumer_of_edge = np.repeat(np.arange(n, dtype=np.int64), np.diff(iptr))
+    bad = (itensor < 0) | (itensor >= t)
+    if bad.any():
+        e = int(np.flatnonzero(bad)[0])
+        v = int(consumer_of_edge[e])
+        raise GraphError(f"op {op(v)}: input {e - iptr[v]} names a missing tensor ({itensor[e]})")
+
+    csrc = _as("control_src", control_src, np.int64, None, "control edge")
+    cdst = _as("control_dst", control_dst, np.int64, len(csrc), "control edge")
+    for field, arr in (("control_src", csrc), ("control_dst", cdst)):
+        bad = (arr < 0) | (arr >= n)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            other = cdst[k] if field == "control_src" else csrc[k]
+            where = f"op {op(int(other))}" if 0 <= other < n else f"control edge {k}"
+            raise GraphError(f"{where}: control edge names a missing op ({arr[k]})")
+
+    # alias: must be an input tensor of the producing op
+    aliased = np.flatnonzero(alias != -1)
+    for i in aliased:
+        p = int(producer[i])
+        a = int(alias[i])
+        if not (0 <= a < t) or a not in itensor[iptr[p]:iptr[p + 1]]:
+            raise GraphError(f"tensor {tensor(int(i))}: alias_of names tensor {a}, "
+                             f"which is not an input of op {op(p)}")
+
+    output_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(producer, minlength=n), out=output_ptr[1:])
+
+    consumer_ptr, consumer = _unique_pairs(itensor, consumer_of_edge, t, n)
+    # node -> node edges (data + control), unique
+    src = np.concatenate([producer[itensor], csrc])
+    dst = np.concatenate([consumer_of_edge, cdst])
+    self_loop = src == dst
+    if self_loop.any():
+        v = int(src[np.flatnonzero(self_loop)[0]])
+        raise GraphError(f"cycle: op {op(v)} depends on itself")
+    succ_ptr, succ = _unique_pairs(src, dst, n, n)
+    pred_ptr, pred = _unique_pairs(dst, src, n, n)
+    control_ptr, control_pred = _csr(cdst, csrc, n)
+
+    topo = _topological_order(n, succ_ptr, succ, pred_ptr, pred, op)
+
+    return ComputationGraph(
+        names=_ro(names_arr), op_types=_ro(types), compute_cost=_ro(cost),
+        temporary_memory=_ro(temp.astype(np.int64)), persistent_memory=_ro(pers.astype(np.int64)),
+        is_final=_ro(final), tensor_producer=_ro(producer.astype(np.int32)),
+        tensor_size=_ro(size.astype(np.int64)), tensor_alias=_ro(alias.astype(np.int32)),
+        output_ptr=_ro(output_ptr.astype(np.int32)), input_ptr=_ro(iptr.astype(np.int32)),
+        input_tensor=_ro(itensor.astype(np.int32)), control_ptr=_ro(control_ptr),
+        control_pred=_ro(control_pred), consumer_ptr=_ro(consumer_ptr), consumer=_ro(consumer),
+        succ_ptr=_ro(succ_ptr), succ=_ro(succ), pred_ptr=_ro(pred_ptr), pred=_ro(pred),
+        topo_order=_ro(topo),
+    )
+
+
+def _topological_order(n, succ_ptr, succ, pred_ptr, pred, op) -> np.ndarray:
+    """Kahn's algorithm (FIFO, ids ascending among sources); names an op on a cycle."""
+    indeg = np.diff(pred_ptr).tolist()
+    sp, sc = succ_ptr.tolist(), succ.tolist()
+    queue = deque(v for v in range(n) if indeg[v] == 0)
+    order = []
+    append, popleft = order.append, queue.popleft
+    while queue:
+        v = popleft()
+        append(v)
+        for w in sc[sp[v]:sp[v + 1]]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                queue.append(w)
+    if len(order) < n:
+        # Every op left over has a predecessor left over: walk back until one repeats.
+        left = np.asarray(indeg) > 0
+        v = int(np.flatnonzero(left)[0])
+        seen = set()
+        while v not in seen:
+            seen.add(v)
+            ps = pred[pred_ptr[v]:pred_ptr[v + 1]]
+            v = int(ps[left[ps]][0])
+        raise GraphError(f"cycle: op {op(v)} lies on a cycle")
+    return np.asarray(order, dtype=np.int32)
+
+
+class GraphBuilder:
+    """Incremental construction by op name, for readers, generators and tests.
+
+    Tensors may be added in any order; `build()` renumbers them by (producer, port).
+    """
+
+    def __init__(self) -> None:
+        self._names: list[str] = []
+        self._index: dict[str, int] = {}
+        self._types: list[str] = []
+        self._cost: list[float] = []
+        self._temp: list[float] = []
+        self._pers: list[float] = []
+        self._final: list[bool] = []
+        self._outputs: list[list[tuple[float, int]]] = []  # per op: (size, alias input port)
+        self._inputs: list[list[tuple[int, int]]] = []      # per op: (producer op, port)
+        self._control: list[tuple[int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def add_op(self, name: str, compute_cost: float = 0.0, *, temporary_memory: float = 0,
+               persistent_memory: float = 0, op_type: str = "", is_final: bool = False) -> int:
+        if name in self._index:
+            raise GraphError(f"duplicate op name {name!r}")
+        v = len(self._names)
+        self._index[name] = v
+        self._names.append(name)
+        self._types.append(op_type)
+        self._cost.append(compute_cost)
+        self._temp.append(temporary_memory)
+        self._pers.append(persistent_memory)
+        self._final.append(is_final)
+        self._outputs.append([])
+        self._inputs.append([])
+        return v
+
+    def op_id(self, name: str) -> int:
+        try:
+            return self._index[name]
+        except KeyError:
+            raise GraphError(f"no op named {name!r}") from None
+
+    def add_output(self, op: int, size: float, alias_input_port: int = -1) -> int:
+        """Adds the next output port of `op`; returns the port."""
+        self._outputs[op].append((size, alias_input_port))
+        return len(self._outputs[op]) - 1
+
+    def add_input(self, op: int, producer: int, port: int = 0) -> int:
+        """Appends the next input port of `op`, reading `producer`'s output `port`."""
+        self._inputs[op].append((producer, port))
+        return len(self._inputs[op]) - 1
+
+    def add_control(self, src: int, dst: int) -> None:
+        self._control.append((src, dst))
+
+    def build(self) -> ComputationGraph:
+        n = len(self._names)
+        out_counts = [len(o) for o in self._outputs]
+        output_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(out_counts, out=output_ptr[1:])
+        producer = np.repeat(np.arange(n), out_counts)
+        sizes = [s for outs in self._outputs for s, _ in outs]
+        in_counts = [len(i) for i in self._inputs]
+        input_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(in_counts, out=input_ptr[1:])
+        input_tensor = []
+        for v, ins in enumerate(self._inputs):
+            for p, port in ins:
+                if not (0 <= p < n) or not (0 <= port < out_counts[p]):
+                    src = repr(self._names[p]) if 0 <= p < n else str(p)
+                    raise GraphError(f"op {self._names[v]!r}: input names missing output "
+                                     f"{port} of op {src}")
+                input_tensor.append(int(output_ptr[p]) + port)
+        alias = []
+        for v, outs in enumerate(self._outputs):
+            for port, (_, a) in enumerate(outs):
+                if a is None or a < 0:
+                    alias.append(-1)
+                elif a >= in_counts[v]:
+                    raise GraphError(f"op {self._names[v]!r}: output {port} aliases input port "
+                                     f"{a}, but the op has {in_counts[v]} inputs")
+                else:
+                    alias.append(input_tensor[int(input_ptr[v]) + a])
+        csrc = [s for s, _ in self._control]
+        cdst = [d for _, d in self._control]
+        return build_graph(
+            names=self._names, op_types=self._types, compute_cost=self._cost,
+            temporary_memory=self._temp, persistent_memory=self._pers, is_final=self._final,
+            tensor_producer=producer, tensor_size=sizes, tensor_alias=alias,
+            input_ptr=input_ptr, input_tensor=np.asarray(input_tensor, dtype=np.int64),
+            control_src=csrc, control_dst=cdst,
+        )
+
+
+def summarize(graph: ComputationGraph) -> dict:
+    """The figures `regal data info` prints."""
+    sizes = graph.tensor_size
+    return {
+        "ops": graph.num_nodes,
+        "tensors": graph.num_tensors,
+        "data edges": graph.num_data_edges,
+        "control edges": graph.num_control_edges,
+        "total bytes": int(sizes.sum()),
+        "largest tensor": int(sizes.max()) if len(sizes) else 0,
+        "persistent bytes": int(graph.persistent_memory.sum()),
+        "temporary bytes": int(graph.temporary_memory.sum()),
+        "compute cost (us)": float(graph.compute_cost.sum()),
+        "depth": graph.depth(),
+    }
