@@ -1,0 +1,92 @@
+"""Graph files: `load_graph` / `save_graph` choose the format by the file's suffix.
+
+| suffix   | format                                              | module               |
+| -------- | --------------------------------------------------- | -------------------- |
+| `.pbtxt` | TensorFlow CostGraphDef, protobuf text (REGAL set)  | `regal.io.costgraph` |
+| `.pb`    | TensorFlow CostGraphDef, protobuf binary            | `regal.io.costgraph` |
+| `.npz`   | the project's own fast format (numpy arrays)        | `regal.io.native`    |
+
+Nothing here imports TensorFlow: the readers use the `protobuf` package with a
+message definition of their own. The TensorFlow importer (`regal.io.tensorflow`)
+is imported only by the commands that need it. Submodules are imported on first
+use, so `import regal.io` stays cheap.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+from regal.graph import ComputationGraph
+
+__all__ = ["load_graph", "save_graph", "SUFFIXES", "atomic_write_bytes"]
+
+SUFFIXES = (".pbtxt", ".pb", ".npz")
+
+
+def _suffix(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise ValueError(f"{path}: unknown graph file suffix {path.suffix or '(none)'!r}; "
+                         f"supported: {', '.join(SUFFIXES)}")
+    return suffix
+
+
+def load_graph(path: str | os.PathLike) -> ComputationGraph:
+    """Reads a graph file; raises GraphError (bad content), FileNotFoundError or ValueError."""
+    path = Path(path)
+    suffix = _suffix(path)
+    if not path.exists():
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if suffix == ".npz":
+        from regal.io.native import read_native
+        return read_native(path)
+    from regal.io import costgraph
+    if suffix == ".pbtxt":
+        return costgraph.read_costgraph_text(path)
+    return costgraph.read_costgraph_bytes(path)
+
+
+def save_graph(graph: ComputationGraph, path: str | os.PathLike) -> None:
+    """Writes `graph` atomically in the format named by the suffix (`.npz` is compressed)."""
+    path = Path(path)
+    suffix = _suffix(path)
+    if suffix == ".npz":
+        from regal.io.native import write_native
+        write_native(graph, path)
+        return
+    from regal.io import costgraph
+    if suffix == ".pbtxt":
+        costgraph.write_costgraph_text(graph, path)
+    else:
+        costgraph.write_costgraph_bytes(graph, path)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Writes `data` to a temporary file beside `path`, then renames it over `path`.
+
+    Readers never see a half-written file, and a failure leaves `path` untouched.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

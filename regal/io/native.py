@@ -1,0 +1,136 @@
+"""The project's own fast graph format: one `.npz` of the raw arrays `build_graph` takes.
+
+Strings are stored as one UTF-8 blob plus byte offsets (no pickles), and the
+derived adjacency is not stored: loading re-validates everything through
+`build_graph`, so a corrupt or hand-edited file raises `GraphError` naming the
+file rather than handing a broken graph to the simulator.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from regal.graph import ComputationGraph, GraphError, build_graph
+
+__all__ = ["FORMAT_VERSION", "write_native", "read_native", "graph_to_arrays", "arrays_to_graph"]
+
+FORMAT_VERSION = 1
+_KIND = {  # array -> (numpy kind letters accepted, stored dtype)
+    "names_utf8": ("u", np.uint8), "names_offsets": ("iu", np.int64),
+    "op_types_utf8": ("u", np.uint8), "op_types_offsets": ("iu", np.int64),
+    "compute_cost": ("f", np.float64), "temporary_memory": ("iu", np.int64),
+    "persistent_memory": ("iu", np.int64), "is_final": ("b", np.bool_),
+    "tensor_producer": ("iu", np.int32), "tensor_size": ("iu", np.int64),
+    "tensor_alias": ("i", np.int32), "input_ptr": ("iu", np.int32),
+    "input_tensor": ("iu", np.int32), "control_src": ("iu", np.int32),
+    "control_dst": ("iu", np.int32),
+}
+
+
+def _pack_strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [s.encode("utf-8") for s in strings]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets
+
+
+def _unpack_strings(field: str, blob: np.ndarray, offsets: np.ndarray) -> list[str]:
+    if (len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(blob)
+            or (np.diff(offsets) < 0).any()):
+        raise GraphError(f"array {field!r}: offsets do not match the string blob")
+    data = blob.tobytes()
+    bounds = offsets.tolist()
+    try:
+        if data.isascii():
+            text = data.decode("ascii")
+            return [text[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return [data[a:b].decode("utf-8") for a, b in zip(bounds[:-1], bounds[1:])]
+    except UnicodeDecodeError as exc:
+        raise GraphError(f"array {field!r}: invalid UTF-8 ({exc.reason})") from None
+
+
+def graph_to_arrays(graph: ComputationGraph) -> dict[str, np.ndarray]:
+    """Everything `build_graph` needs, as plain arrays (plus the format version)."""
+    names_utf8, names_offsets = _pack_strings(graph.names.tolist())
+    types_utf8, types_offsets = _pack_strings(graph.op_types.tolist())
+    n = graph.num_nodes
+    return {
+        "format_version": np.array(FORMAT_VERSION, dtype=np.int64),
+        "names_utf8": names_utf8, "names_offsets": names_offsets,
+        "op_types_utf8": types_utf8, "op_types_offsets": types_offsets,
+        "compute_cost": graph.compute_cost, "temporary_memory": graph.temporary_memory,
+        "persistent_memory": graph.persistent_memory, "is_final": graph.is_final,
+        "tensor_producer": graph.tensor_producer, "tensor_size": graph.tensor_size,
+        "tensor_alias": graph.tensor_alias, "input_ptr": graph.input_ptr,
+        "input_tensor": graph.input_tensor,
+        "control_src": graph.control_pred,
+        "control_dst": np.repeat(np.arange(n, dtype=np.int32), np.diff(graph.control_ptr)),
+    }
+
+
+def arrays_to_graph(arrays) -> ComputationGraph:
+    """Checks the stored arrays' presence, version and dtypes, then `build_graph`."""
+    if "format_version" not in arrays:
+        raise GraphError("not a REGAL graph file: no 'format_version' array")
+    version = np.asarray(arrays["format_version"])
+    if version.shape != () or version.dtype.kind not in "iu" or int(version) != FORMAT_VERSION:
+        raise GraphError(f"unsupported format_version {version.tolist()!r} "
+                         f"(this reader knows {FORMAT_VERSION})")
+    a = {}
+    for field, (kinds, dtype) in _KIND.items():
+        if field not in arrays:
+            raise GraphError(f"missing array {field!r}")
+        arr = np.asarray(arrays[field])
+        if arr.ndim != 1 or (arr.dtype.kind not in kinds and arr.size):
+            raise GraphError(f"array {field!r}: expected a 1-D {np.dtype(dtype).name} array, "
+                             f"got {arr.dtype} of shape {arr.shape}")
+        a[field] = arr.astype(dtype, copy=False)
+    names = _unpack_strings("names", a["names_utf8"], a["names_offsets"])
+    op_types = _unpack_strings("op_types", a["op_types_utf8"], a["op_types_offsets"])
+    return build_graph(
+        names=names, op_types=op_types, compute_cost=a["compute_cost"],
+        temporary_memory=a["temporary_memory"], persistent_memory=a["persistent_memory"],
+        is_final=a["is_final"], tensor_producer=a["tensor_producer"],
+        tensor_size=a["tensor_size"], tensor_alias=a["tensor_alias"],
+        input_ptr=a["input_ptr"], input_tensor=a["input_tensor"],
+        control_src=a["control_src"], control_dst=a["control_dst"],
+    )
+
+
+def to_native_bytes(graph: ComputationGraph, compressed: bool = True) -> bytes:
+    buf = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(buf, **graph_to_arrays(graph))
+    return buf.getvalue()
+
+
+def write_native(graph: ComputationGraph, path: str | os.PathLike, compressed: bool = True) -> None:
+    """Writes atomically; compressed by default (committed graph sets must stay small)."""
+    from regal.io import atomic_write_bytes
+    atomic_write_bytes(path, to_native_bytes(graph, compressed))
+
+
+def read_native(path: str | os.PathLike) -> ComputationGraph:
+    """Loads and validates; any corruption is a GraphError naming the file."""
+    path = Path(path)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise GraphError("not an .npz archive (a single .npy array?)")
+        with loaded as npz:
+            arrays = {key: npz[key] for key in npz.files}
+        return arrays_to_graph(arrays)
+    except GraphError as exc:
+        raise GraphError(f"{path}: {exc}") from None
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except (ValueError, OSError, EOFError, KeyError, MemoryError, struct.error, zlib.error,
+            zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as exc:
+        raise GraphError(f"{path}: corrupt graph file ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())})") from None
