@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import regal.tfenv  # noqa: E402,F401  (OR-Tools before TensorFlow: see regal/tfenv.py)
 
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -139,10 +140,13 @@ def write_real_readme(out_dir: str | os.PathLike, readme: str | os.PathLike) -> 
     rows = []
     total_size = 0
     for path in sorted(out.glob("*.npz")):
-        s = summarize(load_graph(path))
+        graph = load_graph(path)
+        s = summarize(graph)
         total_size += path.stat().st_size
+        aliased = int((graph.tensor_alias >= 0).sum())
         rows.append(f"| `{path.name}` | {s['ops']:,} | {s['tensors']:,} | {s['total bytes']:,} | "
-                    f"{s['persistent bytes']:,} | {s['depth']:,} |")
+                    f"{aliased:,} | {s['persistent bytes']:,} | "
+                    f"{int(graph.temporary_memory.sum()):,} | {s['depth']:,} |")
     text = _README.format(rows="\n".join(rows), count=len(rows),
                           size=f"{total_size / 2**20:.1f} MiB", seq=SEQ_LEN, vocab=VOCAB,
                           d=D_MODEL, heads=HEADS, ff=D_FF, layers=LAYERS)
@@ -173,11 +177,17 @@ moving-average updates) at batch sizes 1 and 32 (`_b1`, `_b32`).
 How the numbers are made (see `regal/io/tensorflow.py`): tensor bytes are static shape x
 dtype size; a variable's bytes are the persistent memory of the first op that reads it
 (each variable once; Adam's slots belong to the update op); compute cost is a roofline
-estimate (10 TFLOP/s, 500 GB/s, 1 µs per launch). "tensor bytes" sums every op output,
-including outputs that alias their input (which the simulator does not allocate twice).
+estimate (10 TFLOP/s, 500 GB/s, 1 µs per launch). Element-wise ops that TensorFlow runs
+in place (its input's last consumer) alias that input instead of allocating; each
+`Conv2DBackpropFilter` holds the im2col scratch buffer TensorFlow's CPU kernel allocates
+(`temporary_memory`, about 10-30 MB each, independent of the batch); both corrections
+were checked against measured runs (`experiments/results/sim_vs_measured_cpu.md`).
+"tensor bytes" sums every op output, including outputs that alias their input (which the
+simulator does not allocate twice); "aliased" counts those outputs and "scratch bytes"
+sums the ops' temporary memory.
 
-| graph file | ops | tensors | tensor bytes | persistent bytes | depth |
-| --- | ---: | ---: | ---: | ---: | ---: |
+| graph file | ops | tensors | tensor bytes | aliased | persistent bytes | scratch bytes | depth |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
 {rows}
 
 Rebuild everything: `rm data/real/*.npz && regal data real --out data/real`

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # spektral 1.3 needs Keras 2 (tf-keras)
+import regal.tfenv  # noqa: E402,F401  (OR-Tools before TensorFlow: see regal/tfenv.py)
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # before the first TensorFlow import
+import regal.tfenv  # noqa: E402,F401  (OR-Tools before TensorFlow: see regal/tfenv.py)
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
