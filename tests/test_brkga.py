@@ -1,0 +1,252 @@
+"""The generic BRKGA: search quality, budget accounting, seeding, sampling, bad input."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from brkga import BRKGA, Budget, biased_crossover, sample_keys
+from brkga.crossover import bernoulli
+
+
+class Recorder:
+    """An evaluate_batch that records every call, with a known-answer objective."""
+
+    def __init__(self, objective):
+        self.objective = objective
+        self.batches = []
+
+    def __call__(self, keys):
+        self.batches.append(np.array(keys, copy=True))
+        return self.objective(keys)
+
+    @property
+    def rows(self):
+        return sum(len(b) for b in self.batches)
+
+
+def zeros_count(keys):
+    """OneMax in disguise: genes >= 0.5 are 1-bits; the optimum (0) is all ones."""
+    return (keys < 0.5).sum(axis=1).astype(float)
+
+
+def inversions(keys):
+    """Number of inversions of the permutation argsort(keys); the optimum (0) is sorted keys."""
+    order = np.argsort(keys, axis=1)
+    i, j = np.triu_indices(keys.shape[1], k=1)
+    return (order[:, i] > order[:, j]).sum(axis=1).astype(float)
+
+
+# -- search ------------------------------------------------------------------
+
+def test_finds_onemax_optimum():
+    result = BRKGA(30, population_size=50, seed=3).run(zeros_count, budget=3000)
+    assert result.best_fitness == 0.0
+    assert (result.best_keys >= 0.5).all()
+    assert zeros_count(result.best_keys[None])[0] == result.best_fitness
+
+
+def test_finds_sorted_permutation():
+    result = BRKGA(8, population_size=60, seed=0).run(inversions, budget=4000)
+    assert result.best_fitness == 0.0
+    assert (np.diff(np.argsort(result.best_keys)) == 1).all()
+
+
+def test_history_is_monotone_and_ends_at_best():
+    result = BRKGA(20, population_size=20, seed=1).run(zeros_count, budget=500)
+    assert (np.diff(result.history) <= 0).all()
+    assert result.history[-1] == result.best_fitness
+    # 20 in generation 0, then 16 per generation (4 elites kept): 500 = 20 + 30*16
+    assert len(result.history) == 31
+
+
+# -- budget ------------------------------------------------------------------
+
+@pytest.mark.parametrize("budget", [100, 101, 179, 180, 181, 1000, 1234])
+def test_budget_is_exact(budget):
+    ev = Recorder(zeros_count)
+    result = BRKGA(10, population_size=100, seed=0).run(ev, budget=budget)
+    assert ev.rows == budget == result.evaluations
+    assert len(ev.batches[0]) == 100
+    assert all(0 < len(b) <= 80 for b in ev.batches[1:])
+    assert len(result.history) == len(ev.batches)
+
+
+def test_budget_with_warm_start_counts_seeds():
+    ev = Recorder(zeros_count)
+    seeds = np.full((3, 12), 0.9)
+    result = BRKGA(12, population_size=10, seed=0).run(ev, budget=37, initial=seeds)
+    assert ev.rows == 37 == result.evaluations
+    np.testing.assert_array_equal(ev.batches[0][:3], seeds)
+    assert result.best_fitness == 0.0 and result.history[0] == 0.0
+
+
+def test_warm_start_single_chromosome():
+    ev = Recorder(inversions)
+    best = np.linspace(0.1, 0.9, 6)
+    result = BRKGA(6, population_size=10, seed=0).run(ev, budget=10, initial=best)
+    np.testing.assert_array_equal(ev.batches[0][0], best)
+    np.testing.assert_array_equal(result.best_keys, best)
+
+
+def test_budget_object():
+    b = Budget(10)
+    assert b.grant(4) == 4 and b.grant(8) == 6 and b.grant(3) == 0
+    assert b.exhausted and b.used == 10
+
+
+# -- determinism -------------------------------------------------------------
+
+def test_same_seed_same_result_and_other_seed_differs():
+    runs = [BRKGA(15, population_size=20, seed=s).run(inversions, budget=400) for s in (7, 7, 8)]
+    np.testing.assert_array_equal(runs[0].best_keys, runs[1].best_keys)
+    np.testing.assert_array_equal(runs[0].history, runs[1].history)
+    assert not np.array_equal(runs[0].best_keys, runs[2].best_keys)
+
+
+def test_run_is_repeatable_on_one_instance():
+    ga = BRKGA(10, population_size=10, seed=5, alpha=2.0, beta=3.0)
+    a, b = ga.run(zeros_count, 200), ga.run(zeros_count, 200)
+    np.testing.assert_array_equal(a.best_keys, b.best_keys)
+
+
+# -- sampling ----------------------------------------------------------------
+
+def test_beta_sampling_matches_distribution():
+    alpha = np.array([0.5, 1.0, 2.0, 5.0])
+    beta = np.array([0.5, 3.0, 2.0, 1.5])
+    keys = sample_keys(np.random.default_rng(0), 4000, 4, alpha, beta)
+    for j in range(4):
+        p = stats.kstest(keys[:, j], stats.beta(alpha[j], beta[j]).cdf).pvalue
+        assert p > 0.01, (j, p)
+    # and a wrong distribution is rejected, so the test has teeth
+    assert stats.kstest(keys[:, 3], "uniform").pvalue < 1e-6
+
+
+def test_initial_population_uses_per_gene_beta():
+    alpha, beta = np.array([0.7, 4.0, 1.0]), np.array([2.0, 0.8, 1.0])
+    ev = Recorder(zeros_count)
+    BRKGA(3, population_size=3000, alpha=alpha, beta=beta, seed=2).run(ev, budget=3000)
+    first = ev.batches[0]
+    for j in range(3):
+        assert stats.kstest(first[:, j], stats.beta(alpha[j], beta[j]).cdf).pvalue > 0.01
+
+
+def test_uniform_when_no_beta_parameters():
+    keys = sample_keys(np.random.default_rng(1), 4000, 2)
+    for j in range(2):
+        assert stats.kstest(keys[:, j], "uniform").pvalue > 0.01
+
+
+def test_mutants_use_beta():
+    # a huge mutant share: 2 elites, 96 mutants, 2 children per generation
+    alpha, beta = 6.0, 1.0
+    ev = Recorder(zeros_count)
+    BRKGA(1, population_size=100, elite_fraction=0.02, mutant_fraction=0.96,
+          alpha=alpha, beta=beta, seed=1).run(ev, budget=100 + 98 * 20)
+    mutants = np.concatenate([b[2:, 0] for b in ev.batches[1:]])
+    assert stats.kstest(mutants, stats.beta(alpha, beta).cdf).pvalue > 0.01
+
+
+# -- elites and crossover ----------------------------------------------------
+
+def test_elites_are_never_reevaluated():
+    # A noisy objective: a re-evaluated elite would get a fresh score and lose its
+    # lucky one, so the best kept score must be the minimum of every score handed out.
+    noise = np.random.default_rng(9)
+    scores = []
+
+    def noisy(keys):
+        out = noise.random(len(keys))
+        scores.append(out)
+        return out
+
+    result = BRKGA(20, population_size=30, seed=0).run(noisy, budget=30 + 24 * 10)
+    assert [len(s) for s in scores] == [30] + [24] * 10   # 6 elites skipped every generation
+    running_min = np.minimum.accumulate([s.min() for s in scores])
+    np.testing.assert_array_equal(result.history, running_min)
+
+
+def test_per_gene_elite_bias_one_copies_elite_parent():
+    rng = np.random.default_rng(0)
+    elites = np.arange(3 * 6, dtype=float).reshape(3, 6) / 100      # distinct rows
+    others = 0.5 + np.arange(5 * 6, dtype=float).reshape(5, 6) / 100
+    bias = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+    kids = biased_crossover(rng, elites, others, 200, bias)
+    first = [tuple(r) for r in elites[:, :3]]
+    second = [tuple(r) for r in others[:, 3:]]
+    assert all(tuple(k[:3]) in first for k in kids)
+    assert all(tuple(k[3:]) in second for k in kids)
+    # a row of the first half always comes with its own elite row (one parent per child)
+    assert len({tuple(k[:3]) for k in kids}) == 3
+
+
+def test_elite_bias_one_in_run_breeds_elite_copies():
+    ev = Recorder(zeros_count)
+    ga = BRKGA(8, population_size=10, elite_fraction=0.3, mutant_fraction=0.2,
+               elite_bias=np.ones(8), seed=0)
+    ga.run(ev, budget=17)      # generation 0 (10) + 7 newcomers: 5 children, 2 mutants
+    elites = ev.batches[0][np.argsort(zeros_count(ev.batches[0]), kind="stable")[:3]]
+    children = ev.batches[1][:5]
+    assert all(any(np.array_equal(c, e) for e in elites) for c in children)
+
+
+def test_bernoulli_coins_are_exact():
+    # 3.5/256 needs the tie-break draw (without it the rate would be 3/256: 7 sigma away)
+    p = np.array([0.0, 1.0, 0.7, 3.5 / 256, 255.5 / 256, 1 / 3])
+    n = 200_000
+    coins = bernoulli(np.random.default_rng(3), (n, len(p)), p, np.empty((n, len(p)), bool))
+    assert coins[:, 0].sum() == 0 and coins[:, 1].all()
+    for j in range(2, len(p)):
+        assert stats.binomtest(int(coins[:, j].sum()), n, p[j]).pvalue > 0.01, j
+    assert stats.binomtest(int(coins[:, 3].sum()), n, 3 / 256).pvalue < 1e-6
+
+
+def test_elite_bias_is_the_inheritance_rate():
+    rng = np.random.default_rng(0)
+    kids = biased_crossover(rng, np.ones((4, 1000)), np.zeros((4, 1000)), 50, 0.7)
+    assert abs(kids.mean() - 0.7) < 0.01
+
+
+# -- bad input ---------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(elite_fraction=0.0), "elite_fraction"),
+    (dict(elite_fraction=1.0), "elite_fraction"),
+    (dict(mutant_fraction=-0.1), "mutant_fraction"),
+    (dict(mutant_fraction=1.5), "mutant_fraction"),
+    (dict(elite_fraction=0.6, mutant_fraction=0.4), "elite_fraction + mutant_fraction"),
+    (dict(elite_bias=1.2), "elite_bias"),
+    (dict(elite_bias=np.full(4, 0.5)), "elite_bias"),
+    (dict(alpha=0.0), "alpha"),
+    (dict(alpha=np.ones(4)), "alpha"),
+    (dict(beta=-1.0), "beta"),
+    (dict(beta=[1.0, 2.0, np.nan, 1.0, 1.0]), "beta"),
+    (dict(population_size=2), "population_size"),
+    (dict(num_genes=0), "num_genes"),
+])
+def test_bad_parameters_name_the_argument(kwargs, name):
+    args = dict(num_genes=5) | kwargs
+    with pytest.raises(ValueError, match=name.replace("+", r"\+")):
+        BRKGA(**args)
+
+
+def test_bad_run_arguments():
+    ga = BRKGA(5, population_size=10)
+    with pytest.raises(ValueError, match="budget"):
+        ga.run(zeros_count, budget=9)
+    with pytest.raises(ValueError, match="initial"):
+        ga.run(zeros_count, budget=10, initial=np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="initial"):
+        ga.run(zeros_count, budget=10, initial=np.full((1, 5), 1.5))
+    with pytest.raises(ValueError, match="initial"):
+        ga.run(zeros_count, budget=10, initial=np.zeros((11, 5)))
+    with pytest.raises(ValueError, match="evaluate_batch"):
+        ga.run(lambda k: np.zeros(len(k) + 1), budget=10)
+
+
+def test_callback_reports_progress():
+    seen = []
+    BRKGA(5, population_size=10, seed=0).run(zeros_count, 50, callback=lambda *a: seen.append(a))
+    assert [s[0] for s in seen] == list(range(len(seen)))
+    assert [s[1] for s in seen] == [10, 18, 26, 34, 42, 50]
+    assert all(b >= a for (_, _, a), (_, _, b) in zip(seen[1:], seen[:-1]))
