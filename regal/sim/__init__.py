@@ -1,0 +1,12 @@
+"""The performance model (DESIGN §4): a compiled event-driven list scheduler.
+
+`simulate` scores one solution, `evaluate` a whole population of chromosomes in parallel,
+`trace` records the schedule and memory curves. Rules: DESIGN §4 as read by notes/SIM_RULES.
+"""
+
+from regal.sim.api import (OBJECTIVES, SimResult, Trace, evaluate, infeasible_offset,
+                           objective_values, simulate, trace)
+from regal.sim.devices import DEFAULT_BANDWIDTH, DEFAULT_LATENCY, DeviceSpec
+
+__all__ = ["DeviceSpec", "DEFAULT_BANDWIDTH", "DEFAULT_LATENCY", "OBJECTIVES", "SimResult",
+           "Trace", "simulate", "evaluate", "trace", "infeasible_offset", "objective_values"]

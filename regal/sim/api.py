@@ -1,0 +1,230 @@
+"""Public entry points of the performance model: simulate, evaluate, trace.
+
+Inputs are checked here, in numpy, before any compiled code runs, so a bad argument is a
+`ValueError` naming it rather than a crash or a silent wrong answer inside the kernel.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+from regal.sim import kernel
+from regal.sim.devices import DeviceSpec
+
+__all__ = ["OBJECTIVES", "SimResult", "Trace", "simulate", "evaluate", "trace",
+           "infeasible_offset", "objective_values"]
+
+OBJECTIVES = ("peak_memory", "makespan")
+
+_PREPARED: "OrderedDict[tuple, tuple]" = OrderedDict()
+_PREPARED_MAX = 8
+
+
+def _prepared(graph, devices: DeviceSpec) -> tuple:
+    """Static arrays for (graph, bandwidth, latency), cached for the last few graphs."""
+    key = (id(graph), devices.bandwidth, devices.latency)
+    hit = _PREPARED.get(key)
+    if hit is not None and hit[0] is graph:
+        _PREPARED.move_to_end(key)
+        return hit[1]
+    static = kernel.prepare(graph, devices)
+    _PREPARED[key] = (graph, static)  # holding the graph keeps id(graph) unique
+    if len(_PREPARED) > _PREPARED_MAX:
+        _PREPARED.popitem(last=False)
+    return static
+
+
+def _check_devices(devices) -> DeviceSpec:
+    if not isinstance(devices, DeviceSpec):
+        raise ValueError(f"devices: expected a regal.sim.DeviceSpec, got {type(devices).__name__}")
+    return devices
+
+
+def infeasible_offset(graph, devices: DeviceSpec) -> float:
+    """sum(compute_cost) + (d-1) * sum over tensors of (latency + size/bandwidth) (SIM_RULES 11).
+
+    An upper bound on any list schedule's makespan, so infeasible solutions rank last.
+    """
+    transfers = devices.transfer_time(graph.tensor_size)
+    return float(np.sum(graph.compute_cost)) + (devices.count - 1) * float(np.sum(transfers))
+
+
+def objective_values(name: str, peaks: np.ndarray, makespans: np.ndarray,
+                     devices: DeviceSpec, offset: float) -> np.ndarray:
+    """Objective of each row of `peaks` [pop, d] with `makespans` [pop] (SIM_RULES 11)."""
+    peaks = np.asarray(peaks, dtype=np.int64)
+    makespans = np.asarray(makespans, dtype=np.float64)
+    if name == "peak_memory":
+        return peaks.max(axis=1).astype(np.float64)
+    if name != "makespan":
+        raise ValueError(f"objective: expected one of {OBJECTIVES}, got {name!r}")
+    limits = devices.limits
+    if limits is None:
+        return makespans.copy()
+    overflow = np.maximum(peaks - limits, 0).sum(axis=1)
+    total = int(limits.sum())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = overflow / total if total > 0 else np.where(overflow > 0, np.inf, 0.0)
+    penalised = makespans * (1.0 + ratio) + offset
+    return np.where(overflow == 0, makespans, penalised)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Per-device peak bytes, makespan (µs), feasibility under the devices' memory limits."""
+
+    peak: np.ndarray
+    makespan: float
+    feasible: bool
+    devices: DeviceSpec = field(repr=False)
+    offset: float = field(repr=False)
+
+    def objective(self, name: str = "peak_memory") -> float:
+        """'peak_memory' = max_k peak[k]; 'makespan' = makespan, penalised when infeasible."""
+        return float(objective_values(name, self.peak[None, :], np.array([self.makespan]),
+                                      self.devices, self.offset)[0])
+
+
+@dataclass(frozen=True)
+class Trace:
+    """What happened when: per op, per transfer, and each device's memory step curve.
+
+    memory[k] = (times, bytes): live bytes on device k after each change, in event order;
+    several points may share a time (an allocation and a free at one instant), and the value
+    holds until the next point. max(bytes) == result.peak[k].
+    """
+
+    result: SimResult
+    op_device: np.ndarray       # [n] int32
+    op_start: np.ndarray        # [n] float64 µs
+    op_end: np.ndarray          # [n] float64 µs
+    transfer_tensor: np.ndarray  # [m] int32
+    transfer_src: np.ndarray    # [m] int32
+    transfer_dst: np.ndarray    # [m] int32
+    transfer_start: np.ndarray  # [m] float64 µs
+    transfer_end: np.ndarray    # [m] float64 µs
+    memory: tuple               # d pairs (times float64, bytes int64)
+
+
+def _check_placement(placement, n: int, d: int) -> np.ndarray:
+    arr = np.asarray(placement)
+    if arr.ndim != 1 or len(arr) != n:
+        raise ValueError(f"placement: expected one device per op ({n}), got shape {arr.shape}")
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer)
+                                 or np.issubdtype(arr.dtype, np.floating)):
+        raise ValueError(f"placement: expected integers, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating):
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            v = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"placement: op {v}: expected an integer device, got {arr[v]}")
+    bad = (arr < 0) | (arr >= d)
+    if bad.any():
+        v = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"placement: op {v}: device {arr[v]} is outside 0..{d - 1}")
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def _check_priority(name: str, values, n: int) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected numbers, got {values!r:.60}") from None
+    if arr.ndim != 1 or len(arr) != n:
+        raise ValueError(f"{name}: expected one value per op ({n}), got shape {arr.shape}")
+    bad = np.isnan(arr)
+    if bad.any():
+        raise ValueError(f"{name}: op {int(np.flatnonzero(bad)[0])} is NaN")
+    return np.ascontiguousarray(arr)
+
+
+def _run_one(graph, devices, placement, priority, transfer_priority, record: bool):
+    devices = _check_devices(devices)
+    n, d = graph.num_nodes, devices.count
+    dev = _check_placement(placement, n, d)
+    prio = _check_priority("priority", priority, n)
+    tprio = _check_priority("transfer_priority", transfer_priority, n)
+    static = _prepared(graph, devices)
+    makespan, peak, work = kernel.simulate_one(static, d, dev, prio, tprio, record)
+    if makespan < 0:
+        raise RuntimeError("simulator bug: not every op ran; please report the graph")
+    limits = devices.limits
+    feasible = True if limits is None else bool(np.all(peak <= limits))
+    result = SimResult(peak=peak, makespan=float(makespan), feasible=feasible,
+                       devices=devices, offset=infeasible_offset(graph, devices))
+    return result, dev, work
+
+
+def simulate(graph, devices: DeviceSpec, placement, priority, transfer_priority) -> SimResult:
+    """Runs the performance model on one solution (arrays indexed like graph.names)."""
+    result, _, _ = _run_one(graph, devices, placement, priority, transfer_priority, False)
+    return result
+
+
+def trace(graph, devices: DeviceSpec, placement, priority, transfer_priority) -> Trace:
+    """`simulate` with the schedule and memory curves recorded (same kernel, same numbers)."""
+    result, dev, work = _run_one(graph, devices, placement, priority, transfer_priority, True)
+    counters = work[33]
+    m = int(counters[kernel._TRANSFERS])
+    points = int(counters[kernel._MEM_EVENTS])
+    tensor = work[8][:m].copy()
+    mem_t, mem_d, mem_v = work[30][:points], work[31][:points], work[32][:points]
+    memory = tuple((mem_t[mem_d == k].copy(), mem_v[mem_d == k].copy())
+                   for k in range(devices.count))
+    return Trace(result=result, op_device=dev, op_start=work[26].copy(), op_end=work[27].copy(),
+                 transfer_tensor=tensor,
+                 transfer_src=dev[graph.tensor_producer[tensor]].astype(np.int32),
+                 transfer_dst=work[9][:m].copy(), transfer_start=work[28][:m].copy(),
+                 transfer_end=work[29][:m].copy(), memory=memory)
+
+
+def evaluate(graph, devices: DeviceSpec, keys, objective: str = "peak_memory",
+             threads: int | None = None, return_details: bool = False):
+    """Objective of every chromosome in `keys` [population, n*(d+2)] (SIM_RULES 12).
+
+    Decoding and simulation run compiled, in parallel over `threads` (default: numba's
+    current thread count). With `return_details`, also returns peaks [pop, d] and makespans.
+    """
+    devices = _check_devices(devices)
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective: expected one of {OBJECTIVES}, got {objective!r}")
+    n, d = graph.num_nodes, devices.count
+    genes = n * (d + 2)
+    try:
+        keys = np.ascontiguousarray(keys, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("keys: expected a [population, genes] array of numbers") from None
+    if keys.ndim != 2 or keys.shape[1] != genes:
+        raise ValueError(f"keys: expected shape [population, {genes}] ({n} ops x ({d} devices"
+                         f" + 2)), got {keys.shape}")
+    nan = np.isnan(keys)
+    if nan.any():
+        i, j = np.argwhere(nan)[0]
+        raise ValueError(f"keys: individual {i}, gene {j} is NaN")
+    max_threads = numba.config.NUMBA_NUM_THREADS
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
+                                or not 1 <= threads <= max_threads):
+        raise ValueError(f"threads: expected an integer in 1..{max_threads}, got {threads!r}")
+    pop = keys.shape[0]
+    peaks = np.empty((pop, d), dtype=np.int64)
+    makespans = np.empty(pop, dtype=np.float64)
+    if pop:
+        static = _prepared(graph, devices)
+        previous = numba.get_num_threads()
+        use = previous if threads is None else int(threads)
+        numba.set_num_threads(use)
+        try:
+            kernel.evaluate_batch(static, d, keys, min(pop, use), peaks, makespans)
+        finally:
+            numba.set_num_threads(previous)
+        if (makespans < 0).any():
+            raise RuntimeError("simulator bug: not every op ran; please report the graph")
+    values = objective_values(objective, peaks, makespans, devices,
+                              infeasible_offset(graph, devices))
+    if return_details:
+        return values, peaks, makespans
+    return values

@@ -1,0 +1,110 @@
+"""The compiled simulator (regal.sim) must agree exactly with the independent pure-Python
+reference (tests/sim_reference.py) on random graphs: peaks equal as integers, times and
+objectives equal to 1e-9 relative, feasibility equal (DESIGN §4, notes/SIM_RULES.md).
+"""
+
+import numpy as np
+
+import regal.sim as sim
+from graphgen import random_case
+from sim_reference import (reference_decode, reference_objective, reference_simulate,
+                           relative_close)
+
+NUM_GRAPHS = 500
+NUM_POPULATION_GRAPHS = 40
+POPULATION = 8           # 40 graphs x 8 individuals x 2 objectives
+
+
+def _memory_limit(rng, peak, count):
+    """None, one limit for all, or one per device, near the unconstrained peaks (both sides)."""
+    kind = rng.integers(0, 3)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return max(1, int(max(peak) * rng.uniform(0.6, 1.3)))
+    return [max(1, int(p * rng.uniform(0.6, 1.3))) for p in peak]
+
+
+def _case(seed):
+    rng = np.random.default_rng(seed)
+    case = random_case(rng)
+    free = reference_simulate(case["graph"], case["count"], None, case["bandwidth"],
+                              case["latency"], case["placement"], case["priority"],
+                              case["transfer_priority"])
+    case["memory_limit"] = _memory_limit(rng, free["peak"], case["count"])
+    return case, rng
+
+
+def _devices(case):
+    return sim.DeviceSpec(count=case["count"], memory_limit=case["memory_limit"],
+                          bandwidth=case["bandwidth"], latency=case["latency"])
+
+
+def _ref_objective(ref, case, name):
+    return reference_objective(ref, case["graph"], case["count"], case["memory_limit"],
+                               case["bandwidth"], case["latency"], name)
+
+
+def _describe(seed, case, ref, got):
+    g = case["graph"]
+    return (f"seed {seed}: {g} d={case['count']} limit={case['memory_limit']} "
+            f"bw={case['bandwidth']} lat={case['latency']}\n  reference {ref}\n  compiled  {got}")
+
+
+def test_simulate_agrees_with_reference_on_random_graphs():
+    mismatches = []
+    for seed in range(NUM_GRAPHS):
+        case, _ = _case(seed)
+        ref = reference_simulate(case["graph"], case["count"], case["memory_limit"],
+                                 case["bandwidth"], case["latency"], case["placement"],
+                                 case["priority"], case["transfer_priority"])
+        res = sim.simulate(case["graph"], _devices(case), case["placement"], case["priority"],
+                           case["transfer_priority"])
+        got = dict(peak=[int(p) for p in res.peak], makespan=float(res.makespan),
+                   feasible=bool(res.feasible),
+                   peak_memory=float(res.objective("peak_memory")),
+                   makespan_objective=float(res.objective("makespan")))
+        ok = (got["peak"] == ref["peak"]
+              and all(float(p) == float(q) for p, q in zip(res.peak, ref["peak"]))
+              and relative_close(got["makespan"], ref["makespan"])
+              and got["feasible"] == ref["feasible"]
+              and relative_close(got["peak_memory"], _ref_objective(ref, case, "peak_memory"))
+              and relative_close(got["makespan_objective"],
+                                 _ref_objective(ref, case, "makespan")))
+        if not ok:
+            ref = dict(ref, peak_memory=_ref_objective(ref, case, "peak_memory"),
+                       makespan_objective=_ref_objective(ref, case, "makespan"))
+            mismatches.append(_describe(seed, case, ref, got))
+    assert not mismatches, (f"{len(mismatches)}/{NUM_GRAPHS} graphs disagree:\n"
+                            + "\n".join(mismatches[:5]))
+
+
+def _population(rng, n, count):
+    """Random keys, a quarter of them coarsely quantised so affinities and priorities tie."""
+    keys = rng.random((POPULATION, n * (count + 2)))
+    coarse = rng.random(POPULATION) < 0.25
+    keys[coarse] = np.round(keys[coarse] * 2) / 2
+    return keys
+
+
+def test_evaluate_agrees_with_reference_on_decoded_keys():
+    mismatches, checked = [], 0
+    for seed in range(NUM_POPULATION_GRAPHS):
+        case, rng = _case(10_000 + seed)
+        g, count = case["graph"], case["count"]
+        keys = _population(rng, g.num_nodes, count)
+        devices = _devices(case)
+        for name in ("peak_memory", "makespan"):
+            scores = np.asarray(sim.evaluate(g, devices, keys, name), dtype=np.float64)
+            assert scores.shape == (POPULATION,)
+            for i, row in enumerate(keys):
+                placement, priority, transfer = reference_decode(row, g.num_nodes, count)
+                ref = reference_simulate(g, count, case["memory_limit"], case["bandwidth"],
+                                         case["latency"], placement, priority, transfer)
+                want = _ref_objective(ref, case, name)
+                checked += 1
+                if not relative_close(float(scores[i]), want):
+                    mismatches.append(f"seed {10_000 + seed} individual {i} {name}: "
+                                      f"reference {want} compiled {scores[i]}")
+    assert checked == NUM_POPULATION_GRAPHS * POPULATION * 2
+    assert not mismatches, f"{len(mismatches)}/{checked} disagree:\n" + "\n".join(mismatches[:5])
