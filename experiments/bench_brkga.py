@@ -1,0 +1,166 @@
+"""How much of a BRKGA run is the GA itself, and how does it compare with pymoo's BRKGA?
+
+Both optimisers search the same chromosome with the same decoder and simulator
+(`regal.sim.evaluate`, one call per generation) under the same evaluation budget.
+Wall time is split into evaluation (time inside the simulator call) and everything
+else (the GA's own work: sampling, crossover, sorting, bookkeeping). The issue's
+bar: the GA's share stays <= 10% at n = 500 ops, population 100.
+
+    .venv/bin/python experiments/bench_brkga.py            # n=500, d=4, pop 100, budget 5000
+    .venv/bin/python experiments/bench_brkga.py --repeats 3 --graph data/real/x.npz
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+from brkga import BRKGA
+from regal.decode import num_genes
+from regal.sim import DeviceSpec, evaluate
+
+
+class TimedEvaluator:
+    """evaluate_batch that accumulates the time spent inside the simulator."""
+
+    def __init__(self, graph, devices, objective):
+        self.graph, self.devices, self.objective = graph, devices, objective
+        self.seconds = 0.0      # wall time inside the simulator
+        self.cpu = 0.0          # CPU time of every thread inside the simulator
+        self.main_cpu = 0.0     # CPU time of the calling thread inside the simulator
+        self.rows = 0
+
+    def __call__(self, keys):
+        wall, cpu, main_cpu = time.perf_counter(), time.process_time(), time.thread_time()
+        values = evaluate(self.graph, self.devices, keys, self.objective)
+        self.seconds += time.perf_counter() - wall
+        self.cpu += time.process_time() - cpu
+        self.main_cpu += time.thread_time() - main_cpu
+        self.rows += len(keys)
+        return values
+
+
+class Clock:
+    """Wall and calling-thread CPU time of a whole run."""
+
+    def __enter__(self):
+        self.wall, self.cpu = time.perf_counter(), time.thread_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.thread_time() - self.cpu
+
+
+def timings(clock: Clock, ev: TimedEvaluator, best: float) -> dict:
+    """Wall split, and a CPU split that a loaded machine distorts less.
+
+    GA CPU = the calling thread's CPU outside the simulator; evaluation CPU = every
+    thread's CPU inside it.
+    """
+    ga_cpu = clock.cpu - ev.main_cpu
+    return dict(total=clock.wall, eval=ev.seconds, ga_cpu=ga_cpu, eval_cpu=ev.cpu,
+                evaluations=ev.rows, best=best)
+
+
+def run_ours(graph, devices, objective, population, budget, seed):
+    ev = TimedEvaluator(graph, devices, objective)
+    ga = BRKGA(num_genes(graph.num_nodes, devices.count), population_size=population,
+               elite_fraction=0.2, mutant_fraction=0.2, elite_bias=0.7, seed=seed)
+    with Clock() as clock:
+        result = ga.run(ev, budget)
+    return timings(clock, ev, result.best_fitness)
+
+
+def run_pymoo(graph, devices, objective, population, budget, seed):
+    from pymoo.algorithms.soo.nonconvex.brkga import BRKGA as PymooBRKGA
+    from pymoo.core.problem import Problem
+    from pymoo.optimize import minimize
+
+    ev = TimedEvaluator(graph, devices, objective)
+    genes = num_genes(graph.num_nodes, devices.count)
+
+    class Chromosome(Problem):
+        def __init__(self):
+            super().__init__(n_var=genes, n_obj=1, xl=0.0, xu=1.0)
+
+        def _evaluate(self, x, out, *args, **kwargs):
+            out["F"] = ev(x)
+
+    elites, mutants = int(0.2 * population), int(0.2 * population)
+    algorithm = PymooBRKGA(n_elites=elites, n_offsprings=population - elites - mutants,
+                           n_mutants=mutants, bias=0.7)
+    with Clock() as clock:
+        res = minimize(Chromosome(), algorithm, ("n_eval", budget), seed=seed, verbose=False)
+    return timings(clock, ev, float(res.F[0]))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graph", help="graph file (default: a synthetic random DAG)")
+    parser.add_argument("--ops", type=int, default=500)
+    parser.add_argument("--devices", type=int, default=4)
+    parser.add_argument("--objective", default="peak_memory")
+    parser.add_argument("--population", type=int, default=100)
+    parser.add_argument("--budget", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the raw timings here")
+    args = parser.parse_args(argv)
+
+    if args.graph:
+        from regal.io import load_graph
+        graph = load_graph(args.graph)
+    else:
+        from regal.synth import generate
+        graph = generate("random", args.ops, args.seed)
+    devices = DeviceSpec(args.devices)
+    # compile the simulator once, outside every timing
+    evaluate(graph, devices, np.random.default_rng(0).random((2, num_genes(graph.num_nodes,
+                                                                            devices.count))))
+    runs = {"regal brkga": run_ours, "pymoo BRKGA": run_pymoo}
+    rows = {name: [] for name in runs}
+    jobs = [(name, r) for r in range(args.repeats) for name in runs]
+    for name, r in tqdm(jobs, desc="runs", unit="run"):
+        rows[name].append(runs[name](graph, devices, args.objective, args.population,
+                                     args.budget, args.seed + r))
+
+    print(f"\n{graph.num_nodes} ops, {devices.count} devices, population {args.population}, "
+          f"budget {args.budget}, objective {args.objective}, {args.repeats} runs each "
+          "(median shown)\n")
+    print("| optimizer | evaluations | wall time (s) | evaluation (s) | GA's own work (s) "
+          "| GA share (wall) | GA CPU (s) | evaluation CPU (s) | GA share (CPU) "
+          "| best objective |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    summary = {}
+    for name, results in rows.items():
+        total = float(np.median([x["total"] for x in results]))
+        ev = float(np.median([x["eval"] for x in results]))
+        own = float(np.median([x["total"] - x["eval"] for x in results]))
+        share = float(np.median([(x["total"] - x["eval"]) / x["total"] for x in results]))
+        ga_cpu = float(np.median([x["ga_cpu"] for x in results]))
+        eval_cpu = float(np.median([x["eval_cpu"] for x in results]))
+        cpu_share = float(np.median([x["ga_cpu"] / (x["ga_cpu"] + x["eval_cpu"])
+                                     for x in results]))
+        best = float(np.median([x["best"] for x in results]))
+        evals = results[0]["evaluations"]
+        summary[name] = dict(total=total, eval=ev, own=own, share=share, ga_cpu=ga_cpu,
+                             eval_cpu=eval_cpu, cpu_share=cpu_share, best=best,
+                             evaluations=evals, runs=results)
+        print(f"| {name} | {evals} | {total:.2f} | {ev:.2f} | {own:.3f} | {share:.1%} "
+              f"| {ga_cpu:.3f} | {eval_cpu:.2f} | {cpu_share:.1%} | {best:,.0f} |")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\n{os.cpu_count()} CPUs, load average {load:.1f} at the end, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
