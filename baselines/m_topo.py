@@ -1,0 +1,62 @@
+"""m-TOPO (Baechi, SoCC 2020): memory-constrained topological placement.
+
+Why: Baechi's simplest placer and a fast, model-free baseline. Reimplemented from the
+paper's description: walk the ops in topological order and fill device 0 until its memory
+share is used, then device 1, and so on; the last device takes what is left. An op's memory
+is what it holds statically in Baechi's accounting: persistent memory, temporary memory and
+the bytes of its non-alias outputs. The share of a device is total memory / d, or the
+device's memory limit when that is smaller. Priorities follow the same topological order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from regal.optimizers import Problem, Solution, score
+
+__all__ = ["solve", "op_memory", "place"]
+
+
+def op_memory(graph) -> np.ndarray:
+    """Bytes an op holds in Baechi's static accounting."""
+    own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.int64)
+    out = np.zeros(graph.num_nodes, np.int64)
+    np.add.at(out, graph.tensor_producer, own)
+    return out + graph.temporary_memory.astype(np.int64) + graph.persistent_memory.astype(np.int64)
+
+
+def shares(graph, devices) -> np.ndarray:
+    """Per-device memory share: total / d, capped by the device's limit."""
+    d = devices.count
+    share = np.full(d, op_memory(graph).sum() / d)
+    if devices.limits is not None:
+        share = np.minimum(share, devices.limits)
+    return share
+
+
+def place(graph, devices) -> np.ndarray:
+    """Device of every op: consecutive runs of the topological order, one share each."""
+    memory = op_memory(graph)
+    share = shares(graph, devices)
+    d = devices.count
+    placement = np.zeros(graph.num_nodes, np.int32)
+    k, used = 0, 0
+    for v in graph.topo_order:
+        if k < d - 1 and used > 0 and used + memory[v] > share[k]:
+            k, used = k + 1, 0
+        placement[v] = k
+        used += memory[v]
+    return placement
+
+
+def solve(problem: Problem, budget: int, seed: int = 0, progress=None) -> Solution:
+    """Places, orders topologically, scores once (evaluations = 1; `seed` is unused)."""
+    if int(budget) != budget or budget < 1:
+        raise ValueError(f"budget must be a positive integer, got {budget}")
+    graph = problem.graph
+    n = graph.num_nodes
+    priority = np.empty(n)
+    priority[graph.topo_order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
+    placement = place(graph, problem.devices)
+    return Solution(**score(problem, placement, priority, priority), evaluations=1,
+                    method="m-topo", seed=seed, extra={"share": shares(graph, problem.devices).tolist()})
