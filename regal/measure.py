@@ -2,7 +2,8 @@
 
 `apply_solution` writes the step's GraphDef with every op's device set and each device's
 order enforced by control dependencies (consecutive ops of a device, in the order the
-simulator ran them), a SavedModel for Keras sources, and a `device_map.json` (op -> device).
+simulator ran them), a SavedModel for Keras and SavedModel sources (with the source's
+weights where it has them), and a `device_map.json` (op -> device).
 
 `measure` runs the placed step on `D` devices and reads each device's peak memory:
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import os
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import regal.tfenv  # noqa: E402,F401  (OR-Tools before TensorFlow: see regal/tfenv.py)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # no oneDNN rewrite: ops keep their names
 
@@ -45,13 +47,14 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from regal.graph import ComputationGraph, GraphError  # noqa: E402
-from regal.io.tensorflow import ImportedStep, import_step, resolve_model  # noqa: E402
+from regal.io.tensorflow import (FORWARDING_OPS, ImportedStep, import_step,  # noqa: E402,F401
+                                 resolve_model, with_forwarding)
 from regal.sim import DeviceSpec, simulate, trace  # noqa: E402
 
 __all__ = ["PlacedStep", "Measurement", "configure_devices", "load_solution_record",
            "check_solution", "place", "placed_graph_def", "apply_solution", "measure",
            "replay_step_stats", "device_name", "CPU_METHOD", "GPU_METHOD",
-           "DEFAULT_GPU_MEMORY_MB"]
+           "DEFAULT_GPU_MEMORY_MB", "with_forwarding"]
 
 CPU_METHOD = ("CPU step-statistics replay: logical CPUs share one allocator, so each device's "
               "peak is rebuilt from the run's step stats (output bytes and pointers, op "
@@ -372,7 +375,11 @@ def apply_solution(model, solution, out_dir, *, batch_size: int = 1, training: b
         saved_model = not isinstance(model, ImportedStep) and _is_keras_or_savedmodel(model)
     unmatched = None
     if saved_model:
-        weights = {} if isinstance(model, ImportedStep) else _source_weights(model)
+        # the source's own weights: a SavedModel's/tf.function's come with the step,
+        # a Keras model's are read from the model
+        weights = dict(step.values)
+        if not isinstance(model, ImportedStep):
+            weights.update(_source_weights(model))
         unmatched = _write_saved_model(graph_def, step, weights, out / "saved_model")
         files.append(str(out / "saved_model"))
     return {"files": files, "moved": placed.moved, "control_edges": edges,
@@ -809,44 +816,3 @@ def measure(model, solution, devices: int | None = None, *, batch_size: int = 1,
                        misplaced, diff, extra={
                            "kind": kind, "persistent_measured": replay["persistent"],
                            "measured_without_scratch": replay["peak_without_scratch"]})
-
-
-# ---------------------------------------------------------------------------
-# a proposed importer correction, kept here until the importer adopts it
-
-
-# element-wise kernels that write their output into an input's buffer when TensorFlow holds
-# the only reference to it (OpKernelContext::forward_input_or_allocate_output)
-FORWARDING_OPS = {"BiasAdd", "Relu", "Relu6", "Elu", "Selu", "Sigmoid", "Tanh", "Softplus",
-                  "LeakyRelu", "Neg", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Abs",
-                  "AddV2", "Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum",
-                  "SquaredDifference", "ReluGrad", "Relu6Grad", "SigmoidGrad", "TanhGrad"}
-_HELD_PRODUCERS = {"ReadVariableOp", "Const", "Placeholder", "VarHandleOp", "VariableV2"}
-
-
-def with_forwarding(graph: ComputationGraph) -> ComputationGraph:
-    """`graph` with TensorFlow's in-place forwarding modelled as aliases.
-
-    The output of an element-wise op aliases input i when that input has the output's size,
-    this op is its only consumer, it is not itself an alias and not held elsewhere (a
-    variable read, constant or feed): TensorFlow then reuses the buffer instead of
-    allocating. The static importer allocates a new tensor instead, which over-counts.
-    """
-    alias = graph.tensor_alias.copy()
-    types = graph.op_types
-    for v in range(graph.num_nodes):
-        if types[v] not in FORWARDING_OPS:
-            continue
-        out = int(graph.output_ptr[v])
-        if graph.output_ptr[v + 1] - out < 1 or alias[out] != -1:
-            continue
-        for t in graph.inputs(v).tolist():
-            producer = int(graph.tensor_producer[t])
-            if (graph.tensor_size[t] == graph.tensor_size[out] and graph.tensor_alias[t] == -1
-                    and types[producer] not in _HELD_PRODUCERS
-                    and graph.consumers(t).tolist() == [v]
-                    and list(graph.inputs(v)).count(t) == 1):
-                alias[out] = t
-                break
-    alias.setflags(write=False)
-    return graph._replace(tensor_alias=alias)

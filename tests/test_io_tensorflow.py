@@ -242,3 +242,114 @@ def test_cli_import_bad_model_exit_2(tmp_path, capsys, model):
     err = capsys.readouterr().err.strip()
     assert err.startswith("regal: error:") and "\n" not in err
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------
+# importer corrections: in-place forwarding and conv-gradient scratch
+
+
+@tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="x")])
+def _elementwise_chain(x):
+    a = tf.nn.relu(x)        # reads the feed: TF never forwards a fed tensor here
+    b = a * 2.0              # a has a later consumer (add): no forwarding
+    c = a + b                # last consumer of a (mul is an ancestor): forwards a
+    d = tf.tanh(c)           # only consumer of c: forwards c
+    return tf.exp(d) + d     # exp: add_1 reads d later, no; add_1 forwards exp's output
+
+
+def _aliases_by_name(graph):
+    """op name -> name of the op whose output 0 its output 0 aliases (element-wise ops)."""
+    out = {}
+    for v, name in enumerate(graph.names.tolist()):
+        t = graph.output_ptr[v]
+        if graph.output_ptr[v + 1] > t and graph.tensor_alias[t] >= 0:
+            out[name] = str(graph.names[graph.tensor_producer[graph.tensor_alias[t]]])
+    return out
+
+
+def test_forwarding_aliases_hand_checked():
+    # the expectation was checked against a traced TF 2.21 CPU run of this function: the
+    # output buffer pointers of add, Tanh and add_1 equal those of Relu, add and Exp
+    g = tfio.import_model(_elementwise_chain, batch_size=4)
+    assert _aliases_by_name(g) == {"add": "Relu", "Tanh": "add", "add_1": "Exp",
+                                   "Identity": "add_1"}
+    off = tfio.import_model(_elementwise_chain, batch_size=4, forwarding=False)
+    assert _aliases_by_name(off) == {"Identity": "add_1"}
+    assert off.tensor_size.tolist() == g.tensor_size.tolist()
+    assert tfio.with_forwarding(off).equals(g)
+    assert tfio.with_forwarding(g).equals(g)  # idempotent
+    # a held (fetched) tensor is never forwarded into: add_1 then takes its other input,
+    # Tanh's output, whose other consumer (Exp) is an ancestor of add_1
+    exp = off.names.tolist().index("Exp")
+    held = tfio.with_forwarding(off, held=[int(off.output_ptr[exp])])
+    assert _aliases_by_name(held)["add_1"] == "Tanh"
+
+
+def test_forwarding_in_a_keras_model(infer):
+    def source(suffix):
+        t = infer.tensor_alias[infer.output_ptr[op_named(infer, suffix)]]
+        return -1 if t < 0 else int(infer.tensor_producer[t])
+
+    # Conv2D -> BiasAdd -> Relu chain and the dense BiasAdd; the matmul/conv themselves and
+    # batch norm (not element-wise) allocate
+    assert source("conv/BiasAdd") == op_named(infer, "conv/Conv2D")
+    assert source("conv/Relu") == op_named(infer, "conv/BiasAdd")
+    assert source("dense_out/BiasAdd") == op_named(infer, "dense_out/MatMul")
+    for suffix in ("conv/Conv2D", "dense_out/MatMul", "bn/FusedBatchNormV3"):
+        assert source(suffix) == -1
+    off = tfio.import_model(small_model, batch_size=BATCH, forwarding=False)
+    assert int((infer.tensor_alias >= 0).sum()) == int((off.tensor_alias >= 0).sum()) + 3
+
+
+def test_conv2d_backprop_filter_scratch_formula():
+    # P = 6*6 patches, F = 3*3*3, O = 4: A = 972, work = 972 + 144 + 108 = 1224,
+    # shard = ceil(7864320 / 1224) = 6426, bytes = 6426 * 972 * 4 (TF 2.21 CPU measured
+    # exactly this for an 8x8x3 input, 3x3x3x4 VALID filter)
+    assert tfio.conv2d_backprop_filter_scratch(6, 6, 3, 3, 3, 4) == 6426 * 972 * 4 == 24984288
+    # 112x112 output, 3x3x32 -> 64: work = 3612672 + 802816 + 18432, shard = 2
+    assert tfio.conv2d_backprop_filter_scratch(112, 112, 3, 3, 32, 64) == 2 * 3612672 * 4
+    # one image's patches exceed the 30 MiB working set: shard = 1, the im2col of one image
+    assert tfio.conv2d_backprop_filter_scratch(224, 224, 3, 3, 64, 64) == 224 * 224 * 576 * 4
+    assert tfio.conv2d_backprop_filter_scratch(6, 6, 3, 3, 3, 4, itemsize=2) == \
+        -(-(15 << 20) // 1224) * 972 * 2
+
+
+def test_conv2d_backprop_input_scratch_formula():
+    # each value below is also what TF 2.21 CPU (2 worker threads) measured for the shape
+    # batch 16, 32x32 output, 3x3x3 -> 16: A = 16384, B = 432, C = 27648, work = 44464;
+    # work / 2 threads = 22232 < 65536 (256 KiB of floats): sharded, ceil(7864320/44464) = 177
+    assert tfio.conv2d_backprop_input_scratch(16, 32, 32, 3, 3, 3, 16, threads=2) == \
+        177 * 27648 * 4 == 19574784
+    # batch 8, 32x32, 3x3x32 -> 32: work = 336896, / 2 = 168448 >= 65536: one image, C
+    assert tfio.conv2d_backprop_input_scratch(8, 32, 32, 3, 3, 32, 32, threads=2) == \
+        1024 * 288 * 4 == 1179648
+    # batch 1 always packs one image; more threads make the same shape shard
+    assert tfio.conv2d_backprop_input_scratch(1, 32, 32, 3, 3, 3, 16) == 27648 * 4
+    assert tfio.conv2d_backprop_input_scratch(8, 32, 32, 3, 3, 32, 32, threads=8) == \
+        -(-7864320 // 336896) * 294912 * 4
+
+
+def test_kernel_scratch_only_on_conv_gradients(infer, train):
+    assert int(infer.temporary_memory.sum()) == 0
+    v = op_named(train, "Conv2DBackpropFilter")
+    assert train.temporary_memory[v] == 24984288  # BATCH 4: independent of the batch
+    # Adam's gradient gate keeps the input gradient too: batch 4, work 1224 / 2 threads
+    # < 65536, so sharded like the filter gradient: the same 6426 x 972 x 4 bytes
+    u = op_named(train, "Conv2DBackpropInput")
+    assert train.temporary_memory[u] == 24984288
+    assert int(train.temporary_memory.sum()) == 2 * 24984288
+    off = tfio.import_model(small_model, batch_size=BATCH, training=True,
+                            kernel_scratch=False)
+    assert int(off.temporary_memory.sum()) == 0
+
+
+def test_import_step_carries_saved_model_weights(tmp_path):
+    module = _Affine()
+    module.w.assign(np.arange(42, dtype=np.float32).reshape(6, 7))
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.__call__)
+    step = tfio.import_step(str(tmp_path / "sm"), batch_size=2)
+    values = sorted(step.values.values(), key=np.size)
+    assert len(values) == 2 and {op.type for op in step.ops if op.name in step.values} == \
+        {"VarHandleOp"}
+    np.testing.assert_array_equal(values[1], np.arange(42, dtype=np.float32).reshape(6, 7))
+    np.testing.assert_array_equal(values[0], np.zeros(7, np.float32))

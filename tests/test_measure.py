@@ -187,3 +187,35 @@ def test_apply_writes_reloadable_placed_graph(step, tmp_path):
         x = np.ones((BATCH, 64), np.float32)
         y = sess.run(sig.outputs["output_0"].name, {sig.inputs["input_0"].name: x})
     assert y.shape == (BATCH, 10) and np.isfinite(y).all()
+
+
+class _Affine(tf.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = tf.Variable(np.linspace(-1, 1, 6 * 7, dtype=np.float32).reshape(6, 7))
+        self.b = tf.Variable(np.linspace(0, 0.5, 7, dtype=np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32, name="x")])
+    def __call__(self, x):
+        return tf.nn.tanh(tf.matmul(x, self.w) + self.b)
+
+
+def test_apply_saved_model_source_keeps_its_weights(tmp_path):
+    from regal.measure import apply_solution
+
+    module = _Affine()
+    source = tmp_path / "sm"
+    tf.saved_model.save(module, str(source), signatures=module.__call__)
+    step = import_step(str(source), batch_size=3)
+    result = apply_solution(str(source), split_record(step), tmp_path / "out", batch_size=3,
+                            kind="CPU")
+    assert result["unmatched_variables"] == 0
+    x = np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32)
+    g = tf.Graph()
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    with tf.compat.v1.Session(graph=g, config=config) as sess:
+        meta_graph = tf.compat.v1.saved_model.loader.load(sess, ["serve"],
+                                                          str(tmp_path / "out" / "saved_model"))
+        sig = meta_graph.signature_def["serving_default"]
+        y = sess.run(sig.outputs["output_0"].name, {sig.inputs["input_0"].name: x})
+    np.testing.assert_allclose(y, module(tf.constant(x)).numpy(), atol=1e-5)

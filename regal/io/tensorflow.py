@@ -27,6 +27,36 @@ Choices worth knowing:
   so each variable is counted exactly once and lives where the op using it is placed.
   A ReadVariableOp's output aliases the handle: free on the reader's device, a full copy
   when sent elsewhere. Forwarding ops (Identity, Reshape, ...) alias their input likewise.
+* In-place forwarding (static mode, `forwarding=True`, the default): TensorFlow's
+  element-wise kernels (`FORWARDING_OPS`: BiasAdd, Relu, AddV2, Mul, ...) write their output
+  into an input's buffer when they hold its only reference
+  (`OpKernelContext::forward_input_or_allocate_output`). `with_forwarding` models this as
+  an alias: output 0 aliases the first input i that has the output's size, whose only
+  consumer is this op (read on one port), that is not itself an alias (Identity, Reshape,
+  a variable read) and not held elsewhere (a constant, a feed, a fetched tensor). In the
+  simulator (DESIGN 4.8) the output then costs 0 bytes on the op's device and keeps the
+  input's copy there alive; a transfer of it elsewhere allocates its own size. Evidence
+  (experiments/results/sim_vs_measured_cpu.md, CPU step-stats replay): without it the
+  model over-counted one activation per such op, inference CNN rows -24..-38%; with it
+  those rows are 0.0%.
+* Kernel scratch (static mode, `kernel_scratch=True`, the default): `temporary_memory` is 0
+  for every op except the two conv gradients, whose CPU kernels (Conv2DCustom-
+  BackpropFilter/InputOp) allocate an im2col buffer of `shard` images sized to a 30 MiB
+  working set. With P = output rows x cols, F = filter rows x cols x in depth,
+  O = out depth, work = P F + P O + F O and W = 30 MiB / itemsize:
+  filter gradient: shard = ceil(W / work), scratch = shard x P F x itemsize
+  (`conv2d_backprop_filter_scratch`; independent of the batch, about 10-30 MB);
+  input gradient: the same, except shard = 1 when the batch is 1 or
+  work / threads >= 256 KiB / itemsize (`conv2d_backprop_input_scratch`, threads =
+  SCRATCH_CPU_THREADS = 2). Evidence, TensorFlow 2.21 CPU, oneDNN off, each op's allocator
+  peak minus its outputs in a traced run: the filter formula matched to the byte for all
+  35 Conv2DBackpropFilter ops of a MobileNetV2 training step and 8 hand-made shapes, the
+  input formula for all 24 distinct Conv2DBackpropInput shapes of MobileNetV2, a small
+  CNN and a ResNet-style net (1x1 and 3x3 filters, stride 1 and 2, 3..1280 channels,
+  1.8 KB..26 MB). Forward Conv2D takes 0 tracked bytes (Eigen's packing buffers bypass
+  TF's allocator); the depthwise family and FusedBatchNormGradV3 took 64 B..60 KB, so
+  those stay 0. On a GPU the analogue is cuDNN's workspace, which depends on the
+  algorithm cuDNN picks and is not modelled.
 * Control flow: If/While/Case stay single ordinary ops (their bodies are not expanded; the
   cost estimate ignores them); `import_model` warns when it sees one.
 * Training graphs: loss = sum over float outputs of mean(square(output)), gradients with
@@ -44,6 +74,7 @@ from __future__ import annotations
 import os
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import regal.tfenv  # noqa: E402,F401  (OR-Tools before TensorFlow: see regal/tfenv.py)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # oneDNN's CPU graph rewrite fuses and renames ops (Conv2D+BiasAdd), so a measured cost graph
 # would no longer line up with the static one; off unless the caller chose otherwise (only
@@ -61,7 +92,9 @@ import tensorflow as tf  # noqa: E402
 
 from regal.graph import ComputationGraph, GraphBuilder, GraphError  # noqa: E402
 
-__all__ = ["import_model", "resolve_model", "FLOPS_PER_US", "BYTES_PER_US", "LAUNCH_US"]
+__all__ = ["import_model", "import_step", "resolve_model", "with_forwarding",
+           "conv2d_backprop_filter_scratch", "conv2d_backprop_input_scratch", "ImportedStep", "FORWARDING_OPS",
+           "FLOPS_PER_US", "BYTES_PER_US", "LAUNCH_US"]
 
 # Static cost model: cost_us = LAUNCH_US + max(flops / FLOPS_PER_US, bytes / BYTES_PER_US),
 # bytes = inputs + outputs read and written. The constants describe a V100-class GPU at
@@ -83,12 +116,32 @@ _CALL_OPS = {"PartitionedCall", "StatefulPartitionedCall"}
 # opaque scratch outputs whose shape TF leaves unknown: counted as 0 bytes
 _OPAQUE_OUTPUTS = {"FusedBatchNormV3": {5}, "FusedBatchNormGradV3": {3, 4}}
 
+# element-wise kernels that write their output into an input's buffer when TensorFlow holds
+# the only reference to it (OpKernelContext::forward_input_or_allocate_output)
+FORWARDING_OPS = frozenset({
+    "BiasAdd", "Relu", "Relu6", "Elu", "Selu", "Sigmoid", "Tanh", "Softplus", "LeakyRelu",
+    "Neg", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Abs", "AddV2", "Add", "Sub", "Mul",
+    "RealDiv", "Maximum", "Minimum", "SquaredDifference", "ReluGrad", "Relu6Grad",
+    "SigmoidGrad", "TanhGrad"})
+# producers whose output buffer TensorFlow holds elsewhere too: never forwarded into
+_HELD_PRODUCERS = frozenset({"ReadVariableOp", "Const", "HostConst", "Placeholder",
+                             "PlaceholderWithDefault", "VarHandleOp", "VariableV2", "Variable"})
+# TF's CPU conv-gradient kernels size their im2col buffer to this working set (its L3
+# target); Conv2DBackpropInput packs one image at a time instead when the batch is 1 or a
+# thread's share of one image's work reaches CONV_L2_BYTES, which depends on the number
+# of TensorFlow's CPU worker threads: SCRATCH_CPU_THREADS (the cores of the machine that
+# measured it; fixed, so a graph's fingerprint does not depend on where it was imported)
+CONV_WORKING_SET_BYTES = 30 << 20
+CONV_L2_BYTES = 256 << 10
+SCRATCH_CPU_THREADS = 2
+
 
 class _Step(NamedTuple):
     """One training or inference step, ready to convert or run."""
     graph: tf.Graph
     feeds: list            # placeholder tensors, fully shaped
     fetches: list          # tensors and ops one step runs
+    values: dict = {}      # variable op name -> initial value the source carries (weights)
 
 
 # ---------------------------------------------------------------------------
@@ -98,7 +151,8 @@ class _Step(NamedTuple):
 def import_model(source, *, batch_size: int = 1, training: bool = False, run: bool = False,
                  input_shapes: Sequence[Sequence[int]] | None = None,
                  learning_rate: float = 1e-3, seed: int = 0, grappler: bool = False,
-                 warmup_runs: int = 1) -> ComputationGraph:
+                 warmup_runs: int = 1, forwarding: bool = True,
+                 kernel_scratch: bool = True) -> ComputationGraph:
     """Imports `source` as the graph of one inference (or training) step.
 
     `source`: a tf.keras Model, a zero-argument callable returning one (built inside the
@@ -107,7 +161,9 @@ def import_model(source, *, batch_size: int = 1, training: bool = False, run: bo
     (`.pb` binary, `.pbtxt` text), or a model spec string (see `resolve_model`).
     `batch_size` fills each input's leading dimension where it is unknown; `input_shapes`
     overrides the inputs' full shapes instead. `run=True` measures one step (after
-    `warmup_runs` unmeasured ones) on this machine's devices.
+    `warmup_runs` unmeasured ones) on this machine's devices. Static mode only:
+    `forwarding` models in-place buffer forwarding as aliases, `kernel_scratch` sets the
+    conv-gradient kernels' temporary memory (see the module docstring).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -120,7 +176,8 @@ def import_model(source, *, batch_size: int = 1, training: bool = False, run: bo
                       f"(bodies not expanded)", stacklevel=2)
     if run:
         return _run_cost_graph(step, ops, seed=seed, grappler=grappler, warmup_runs=warmup_runs)
-    return _static_graph(ops)
+    return _static_graph(ops, step.fetches, forwarding=forwarding,
+                         kernel_scratch=kernel_scratch)
 
 
 def resolve_model(spec: str):
@@ -406,12 +463,13 @@ def _import_graph_def(graph_def, input_names, input_shapes_static, input_dtypes,
             ph = tf.compat.v1.placeholder(dtype, full, name=f"input_{i}")
             feeds.append(ph)
             input_map[name if ":" in name else f"{name}:0"] = ph
-        variables = []
+        variables, initial = [], {}
         for name, trainable in const_vars.items():
             value = values[name]
             var = tf.Variable(tf.zeros(value.shape, value.dtype), trainable=trainable,
                               name=f"{name}_var")
             variables.append(var)
+            initial[var.handle.op.name] = value  # the frozen weights, for `regal apply`
             input_map[f"{name}:0"] = var.value()
         results = tf.compat.v1.import_graph_def(graph_def, input_map=input_map,
                                                 return_elements=list(outputs), name="")
@@ -425,7 +483,7 @@ def _import_graph_def(graph_def, input_names, input_shapes_static, input_dtypes,
                 fetches.append(_add_optimizer(out_tensors, trainable, learning_rate))
             else:
                 fetches.append(_add_raw_adam(graph, out_tensors, learning_rate))
-    return _Step(graph, feeds, fetches)
+    return _Step(graph, feeds, fetches, initial)
 
 
 def _add_raw_adam(graph, outputs, learning_rate):
@@ -557,7 +615,126 @@ def _flops(op, out_dims: list) -> int:
     return max(sizes, default=0)
 
 
-def _static_graph(ops: list) -> ComputationGraph:
+def conv2d_backprop_filter_scratch(out_rows: int, out_cols: int, filter_rows: int,
+                                   filter_cols: int, in_depth: int, out_depth: int,
+                                   itemsize: int = 4) -> int:
+    """Bytes of the im2col buffer TensorFlow's CPU Conv2DBackpropFilter allocates.
+
+    The kernel packs `shard` images' patches at once, `shard` chosen so that one shard's
+    matmul operands fill a 30 MiB working set (its L3-cache target): hence the buffer does
+    not grow with the batch. Formula and evidence: module docstring.
+    """
+    patches = out_rows * out_cols
+    filter_total = filter_rows * filter_cols * in_depth
+    col = patches * filter_total
+    work = col + patches * out_depth + filter_total * out_depth
+    if work <= 0:
+        return 0
+    working_set = CONV_WORKING_SET_BYTES // itemsize
+    shard = -(-working_set // work)  # ceil
+    return int(shard * col * itemsize)
+
+
+def conv2d_backprop_input_scratch(batch: int, out_rows: int, out_cols: int,
+                                  filter_rows: int, filter_cols: int, in_depth: int,
+                                  out_depth: int, itemsize: int = 4,
+                                  threads: int = SCRATCH_CPU_THREADS) -> int:
+    """Bytes of the col2im buffer TensorFlow's CPU Conv2DBackpropInput allocates.
+
+    Same working-set sharding as the filter gradient (operands A = P O, B = F O, C = P F),
+    except that one image at a time is packed (shard = 1) when the batch is 1 or one
+    image's work split over `threads` reaches the L2 size: then the buffer is C.
+    """
+    patches = out_rows * out_cols
+    filter_total = filter_rows * filter_cols * in_depth
+    col = patches * filter_total
+    work = patches * out_depth + filter_total * out_depth + col
+    if work <= 0:
+        return 0
+    if batch == 1 or work // max(threads, 1) >= CONV_L2_BYTES // itemsize:
+        return int(col * itemsize)
+    shard = -(-(CONV_WORKING_SET_BYTES // itemsize) // work)
+    return int(shard * col * itemsize)
+
+
+def _kernel_scratch(op) -> int:
+    """Temporary bytes the op's kernel holds while it runs (see the module docstring)."""
+    if op.type not in ("Conv2DBackpropFilter", "Conv2DBackpropInput"):
+        return 0
+    grad = _dims(op.inputs[2].shape)          # out_backprop
+    filt = _dims((op.outputs[0] if op.type == "Conv2DBackpropFilter" else op.inputs[1]).shape)
+    if grad is None or filt is None or len(grad) != 4 or len(filt) != 4:
+        return 0                              # [rows, cols, in depth, out depth]
+    fmt = op.get_attr("data_format")
+    fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
+    rows, cols = (grad[2], grad[3]) if fmt == "NCHW" else (grad[1], grad[2])
+    item = op.outputs[0].dtype.size
+    if op.type == "Conv2DBackpropFilter":
+        return conv2d_backprop_filter_scratch(rows, cols, *filt, itemsize=item)
+    return conv2d_backprop_input_scratch(grad[0], rows, cols, *filt, itemsize=item)
+
+
+class _Ancestry:
+    """`is_ancestor(u, v)` by per-node ancestor bitsets, built on first use (n^2/8 bytes)."""
+
+    def __init__(self, graph: ComputationGraph):
+        self.graph = graph
+        self.bits = None
+
+    def is_ancestor(self, u: int, v: int) -> bool:
+        if self.bits is None:
+            g = self.graph
+            words = (g.num_nodes + 63) // 64
+            bits = np.zeros((g.num_nodes, words), dtype=np.uint64)
+            for w in g.topo_order.tolist():
+                preds = g.predecessors(w)
+                if len(preds):
+                    row = np.bitwise_or.reduce(bits[preds], axis=0)
+                    for p in preds.tolist():
+                        row[p >> 6] |= np.uint64(1 << (p & 63))
+                    bits[w] = row
+            self.bits = bits
+        return bool(self.bits[v, u >> 6] & np.uint64(1 << (u & 63)))
+
+
+def with_forwarding(graph: ComputationGraph, held=()) -> ComputationGraph:
+    """`graph` with TensorFlow's in-place buffer forwarding modelled as aliases.
+
+    TensorFlow forwards an input buffer when the op holds the last reference to it. Output
+    0 of a FORWARDING_OPS op aliases its first input that has the output's size, that this
+    op is sure to consume last (every other consumer is an ancestor of this op, so it has
+    finished under any schedule), on one port, that is not itself an alias and whose
+    producer is not a variable read, constant or feed; `held` lists tensor ids that TF
+    keeps referenced elsewhere (fetched tensors), which are never forwarded into.
+    Idempotent; outputs that already alias something are left alone.
+    """
+    alias = graph.tensor_alias.copy()
+    types = graph.op_types
+    held = {int(t) for t in held}
+    ancestry = _Ancestry(graph)
+    for v in range(graph.num_nodes):
+        if types[v] not in FORWARDING_OPS:
+            continue
+        out = int(graph.output_ptr[v])
+        if graph.output_ptr[v + 1] - out < 1 or alias[out] != -1:
+            continue
+        inputs = graph.inputs(v).tolist()
+        for t in inputs:
+            producer = int(graph.tensor_producer[t])
+            if (graph.tensor_size[t] != graph.tensor_size[out] or graph.tensor_alias[t] != -1
+                    or t in held or types[producer] in _HELD_PRODUCERS
+                    or inputs.count(t) != 1):
+                continue
+            others = [u for u in set(graph.consumers(t).tolist()) if u != v]
+            if all(ancestry.is_ancestor(u, v) for u in others):
+                alias[out] = t
+                break
+    alias.setflags(write=False)
+    return graph._replace(tensor_alias=alias)
+
+
+def _static_graph(ops: list, fetches=(), *, forwarding: bool = True,
+                  kernel_scratch: bool = True) -> ComputationGraph:
     builder = GraphBuilder()
     ids = {op.name: builder.add_op(op.name, 0.0, op_type=op.type) for op in ops}
     costs = {}
@@ -585,6 +762,8 @@ def _static_graph(ops: list) -> ComputationGraph:
             builder.add_input(v, ids[t.op.name], t.value_index)
         for c in sorted(ids[c.name] for c in op.control_inputs):  # canonical order
             builder.add_control(c, v)
+        if kernel_scratch:
+            builder._temp[v] = float(_kernel_scratch(op))  # noqa: SLF001
         if op.type in _FREE_OPS:
             costs[v] = 0.0
         else:
@@ -595,7 +774,12 @@ def _static_graph(ops: list) -> ComputationGraph:
         builder._pers[ids[name]] = float(value)  # noqa: SLF001 - set after reader is known
     for v, c in costs.items():
         builder._cost[v] = c  # noqa: SLF001
-    return builder.build()
+    graph = builder.build()
+    if not forwarding:
+        return graph
+    held = [int(graph.output_ptr[ids[t.op.name]]) + t.value_index
+            for t in fetches if isinstance(t, tf.Tensor) and t.op.name in ids]
+    return with_forwarding(graph, held)
 
 
 # ---------------------------------------------------------------------------
@@ -693,11 +877,15 @@ class ImportedStep(NamedTuple):
     feeds: list               # placeholder tensors, fully shaped
     fetches: list             # tensors and ops one step runs
     ops: list                 # tf ops of `graph`, in its node order
+    values: dict = {}         # variable op name -> initial value the source carries
+    #                           (a SavedModel's or tf.function's weights; {} for Keras
+    #                           models, whose weights regal.measure reads from the model)
 
 
 def import_step(source, *, batch_size: int = 1, training: bool = False,
                 input_shapes: Sequence[Sequence[int]] | None = None,
-                learning_rate: float = 1e-3) -> ImportedStep:
+                learning_rate: float = 1e-3, forwarding: bool = True,
+                kernel_scratch: bool = True) -> ImportedStep:
     """`import_model` (static mode) that also hands back the TensorFlow graph, so a solution
     for the graph can be applied to the very ops it was computed for (regal.measure)."""
     if batch_size < 1:
@@ -705,4 +893,8 @@ def import_step(source, *, batch_size: int = 1, training: bool = False,
     step = _build_step(source, batch_size=batch_size, training=training,
                        input_shapes=input_shapes, learning_rate=learning_rate)
     ops = _prune(step.graph, step.fetches)
-    return ImportedStep(_static_graph(ops), step.graph, step.feeds, step.fetches, ops)
+    graph = _static_graph(ops, step.fetches, forwarding=forwarding,
+                          kernel_scratch=kernel_scratch)
+    kept = {op.name for op in ops}
+    values = {name: v for name, v in step.values.items() if name in kept}
+    return ImportedStep(graph, step.graph, step.feeds, step.fetches, ops, values)

@@ -179,9 +179,10 @@ dtype size; a variable's bytes are the persistent memory of the first op that re
 (each variable once; Adam's slots belong to the update op); compute cost is a roofline
 estimate (10 TFLOP/s, 500 GB/s, 1 µs per launch). Element-wise ops that TensorFlow runs
 in place (its input's last consumer) alias that input instead of allocating; each
-`Conv2DBackpropFilter` holds the im2col scratch buffer TensorFlow's CPU kernel allocates
-(`temporary_memory`, about 10-30 MB each, independent of the batch); both corrections
-were checked against measured runs (`experiments/results/sim_vs_measured_cpu.md`).
+`Conv2DBackpropFilter` / `Conv2DBackpropInput` holds the im2col scratch buffer
+TensorFlow's CPU kernel allocates (`temporary_memory`, up to about 30 MB each, for the
+filter gradient independent of the batch); both corrections were checked against
+measured runs (`experiments/results/sim_vs_measured_cpu.md`).
 "tensor bytes" sums every op output, including outputs that alias their input (which the
 simulator does not allocate twice); "aliased" counts those outputs and "scratch bytes"
 sums the ops' temporary memory.
