@@ -1,0 +1,566 @@
+"""Runs methods x graphs x seeds x budgets x devices and stores one record per run (DESIGN §7).
+
+Records are JSON lines appended to `<out>/records.jsonl`, flushed and fsynced one by one,
+so a killed experiment loses at most the runs in flight; a rerun skips every key that is
+already stored (a torn last line is cut off first), so it resumes and never duplicates a
+record. Runs fan out over a local spawn-based process pool, or over Ray when asked.
+Every value is the simulator's re-score (`regal.optimizers.solve`), never the method's word.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+__all__ = ["GRAPH_SUFFIXES", "RECORDS_FILE", "KEY_FIELDS", "Task", "GraphEntry", "RunSummary",
+           "find_graphs", "check_grid", "make_tasks", "record_key", "run_task", "read_records",
+           "load_records", "run_experiment", "software_version"]
+
+GRAPH_SUFFIXES = (".npz", ".pbtxt", ".pb")
+RECORDS_FILE = "records.jsonl"
+KEY_FIELDS = ("method", "dataset", "graph", "fingerprint", "seed", "budget", "devices",
+              "memory_limit", "objective", "options")
+
+
+def software_version() -> str:
+    """regal's version (package metadata), or 'unknown' when run from a bare source tree."""
+    try:
+        import regal
+        if getattr(regal, "__version__", None):
+            return str(regal.__version__)
+        from importlib.metadata import version
+        return version("regal")
+    except Exception:
+        return "unknown"
+
+
+# ---------------------------------------------------------------------------
+# graphs and tasks
+
+
+@dataclass(frozen=True)
+class GraphEntry:
+    """One graph file of a dataset; the fingerprint names its content, not its path."""
+
+    dataset: str
+    name: str
+    path: str
+    fingerprint: str
+    ops: int
+
+
+@dataclass(frozen=True)
+class Task:
+    """One run: everything that defines its record's key."""
+
+    method: str
+    dataset: str
+    graph: str
+    path: str
+    fingerprint: str
+    ops: int
+    seed: int
+    budget: int
+    devices: int
+    memory_limit: int | None = None
+    objective: str = "peak_memory"
+    options: str = "{}"  # canonical JSON of the method's keyword options
+
+    def key(self) -> tuple:
+        return tuple(getattr(self, name) for name in KEY_FIELDS)
+
+
+def _dataset_dirs(graphs) -> dict[str, Path]:
+    """A folder, a list of folders (dataset = folder name) or {dataset: folder}."""
+    if isinstance(graphs, (str, os.PathLike)):
+        graphs = [graphs]
+    if isinstance(graphs, Mapping):
+        pairs = [(str(name), Path(folder)) for name, folder in graphs.items()]
+    else:
+        pairs = [(Path(folder).resolve().name, Path(folder)) for folder in graphs]
+    if not pairs:
+        raise ValueError("graphs: expected at least one graph folder")
+    out: dict[str, Path] = {}
+    for name, folder in pairs:
+        if not folder.is_dir():
+            raise ValueError(f"graphs: {folder} is not a folder of graph files")
+        if name in out and out[name].resolve() != folder.resolve():
+            raise ValueError(f"graphs: two folders named {name!r} ({out[name]}, {folder}); "
+                             "pass {dataset: folder} to tell them apart")
+        out[name] = folder
+    return out
+
+
+def find_graphs(graphs, limit: int | None = None) -> list[GraphEntry]:
+    """The graph files of each dataset folder (sorted by name, the first `limit` of each)."""
+    from regal.io import load_graph
+
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit: expected a positive number of graphs, got {limit}")
+    entries = []
+    for dataset, folder in _dataset_dirs(graphs).items():
+        files = sorted(p for p in folder.iterdir()
+                       if p.is_file() and p.suffix.lower() in GRAPH_SUFFIXES)
+        if not files:
+            raise ValueError(f"graphs: {folder} holds no graph files "
+                             f"({', '.join(GRAPH_SUFFIXES)})")
+        for path in files[:limit]:
+            graph = load_graph(path)
+            entries.append(GraphEntry(dataset, path.stem, str(path), graph.fingerprint(),
+                                      graph.num_nodes))
+    return entries
+
+
+def _as_list(values, what: str) -> list:
+    if values is None or isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        values = [values]
+    values = list(values)
+    if not values:
+        raise ValueError(f"{what}: expected at least one value")
+    return values
+
+
+def _positive_ints(values, what: str) -> list[int]:
+    out = []
+    for value in _as_list(values, what):
+        if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < 1:
+            raise ValueError(f"{what}: expected an integer >= 1, got {value!r}")
+        out.append(int(value))
+    return out
+
+
+def check_grid(methods, *, seeds=3, budgets=5000, devices=2, objectives="peak_memory",
+               memory_limits=None, method_options=None) -> dict:
+    """Checks and normalises the grid's axes; raises ValueError naming the bad argument.
+
+    `seeds` is a count (seeds 0..seeds-1) or a list of seeds.
+    """
+    from regal import optimizers
+
+    methods = [str(m) for m in _as_list(methods, "methods")]
+    for name in methods:
+        optimizers.get_method(name)  # unknown or unimportable: ValueError naming it
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"methods: {methods} names a method twice")
+    budgets = _positive_ints(budgets, "budget")
+    devices = _positive_ints(devices, "devices")
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise ValueError(f"seeds: expected a positive count, got {seeds}")
+        seeds = list(range(seeds))
+    seeds = _as_list(seeds, "seeds")
+    if any(isinstance(s, bool) or not hasattr(s, "__index__") or int(s) < 0 for s in seeds):
+        raise ValueError(f"seeds: expected non-negative integers, got {seeds}")
+    seeds = [int(s) for s in seeds]
+    objectives = [str(o) for o in _as_list(objectives, "objective")]
+    for objective in objectives:
+        if objective not in optimizers.OBJECTIVES:
+            raise ValueError(f"objective: expected one of {', '.join(optimizers.OBJECTIVES)}, "
+                             f"got {objective!r}")
+    limits = []
+    for limit in _as_list(memory_limits, "memory_limit"):
+        if limit is not None and (isinstance(limit, bool) or not hasattr(limit, "__index__")
+                                  or int(limit) < 0):
+            raise ValueError(f"memory_limit: expected whole bytes >= 0 or None, got {limit!r}")
+        limits.append(None if limit is None else int(limit))
+    method_options = dict(method_options or {})
+    for name, options in method_options.items():
+        if name not in methods:
+            raise ValueError(f"method_options: {name!r} is not one of the methods run")
+        if not isinstance(options, Mapping):
+            raise ValueError(f"method_options: {name!r}: expected a dict of keyword options")
+    return dict(methods=methods, seeds=seeds, budgets=budgets, devices=devices,
+                objectives=objectives, memory_limits=limits, method_options=method_options)
+
+
+def make_tasks(methods: Sequence[str], entries: Sequence[GraphEntry], **grid) -> list[Task]:
+    """The full grid (see `check_grid` for the axes), checked before anything runs."""
+    g = check_grid(methods, **grid)
+    if not entries:
+        raise ValueError("graphs: no graphs to run")
+    tasks = []
+    for entry in entries:
+        for method in g["methods"]:
+            options = json.dumps(g["method_options"].get(method, {}), sort_keys=True)
+            for d in g["devices"]:
+                for objective in g["objectives"]:
+                    for limit in g["memory_limits"]:
+                        for budget in g["budgets"]:
+                            for seed in g["seeds"]:
+                                tasks.append(Task(method, entry.dataset, entry.name, entry.path,
+                                                  entry.fingerprint, entry.ops, seed, budget, d,
+                                                  limit, objective, options))
+    return tasks
+
+
+# ---------------------------------------------------------------------------
+# one run
+
+
+def record_key(record: Mapping) -> tuple:
+    """The identity of a record: a rerun with the same key is skipped."""
+    return tuple(record.get(name, "{}" if name == "options" else None) for name in KEY_FIELDS)
+
+
+def _time_limit(options: dict, extra: dict):
+    for source in (extra, options):
+        for name in ("time_limit", "time_limit_s", "wall_clock_limit"):
+            if source.get(name) is not None:
+                return float(source[name])
+    return None
+
+
+def run_task(task: Task, graph=None, method=None) -> dict:
+    """Runs one task and returns its record; any exception becomes a `failed` record.
+
+    `method` (a registry entry) lets a worker process run a method that was registered at
+    run time in the parent and is unknown to a fresh interpreter.
+    """
+    from regal import optimizers
+    from regal.sim import DeviceSpec
+
+    if method is not None:
+        optimizers.METHODS.setdefault(task.method, method)
+
+    record = asdict(task)
+    record.pop("path")
+    record.update(graph_path=task.path, version=software_version(), host=socket.gethostname(),
+                  pid=os.getpid(), started=time.time())
+    options = json.loads(task.options)
+    start = time.perf_counter()
+    try:
+        if graph is None:
+            from regal.io import load_graph
+            graph = load_graph(task.path)
+        if graph.fingerprint() != task.fingerprint:
+            raise ValueError(f"graph {task.path} changed since the experiment was planned")
+        problem = optimizers.Problem(graph, DeviceSpec(task.devices, task.memory_limit),
+                                     task.objective)
+        solution = optimizers.solve(task.method, problem, task.budget, task.seed, **options)
+        record.update(status="ok", error=None, value=float(solution.value),
+                      peak=[int(p) for p in solution.peak], makespan=float(solution.makespan),
+                      feasible=bool(solution.feasible), overflow=int(solution.overflow),
+                      evaluations=int(solution.evaluations),
+                      method_wall_time=float(solution.wall_time),
+                      time_limit=_time_limit(options, solution.extra))
+        if "reported_value" in solution.extra:
+            record["reported_value"] = solution.extra["reported_value"]
+    except Exception as exc:  # a crash on one graph must not stop the experiment
+        record.update(status="failed", error=f"{type(exc).__name__}: {exc}",
+                      traceback=traceback.format_exc(limit=8), value=None, peak=None,
+                      makespan=None, feasible=None, overflow=None, evaluations=None,
+                      method_wall_time=None, time_limit=_time_limit(options, {}))
+    record["wall_time"] = time.perf_counter() - start
+    return record
+
+
+def _init_worker(threads: int) -> None:
+    """Each pool worker gets its share of the cores for numba's batch evaluator."""
+    try:
+        import numba
+        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    except Exception:
+        pass
+
+
+def _run_in_worker(task: Task, graph, method, threads: int) -> dict:
+    _init_worker(threads)
+    return run_task(task, graph, method)
+
+
+def _portable_entries(methods) -> dict:
+    """Registry entries that can travel to worker processes (pickle by reference)."""
+    import pickle
+
+    from regal import optimizers
+
+    out = {}
+    for name in methods:
+        entry = optimizers.METHODS.get(name)
+        try:
+            pickle.dumps(entry)
+        except Exception:
+            entry = None  # a lambda or closure: the worker must know the name itself
+        out[name] = entry
+    return out
+
+
+# ---------------------------------------------------------------------------
+# records file
+
+
+def read_records(path) -> list[dict]:
+    """Every complete record of one JSON-lines file (a torn last line is ignored)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break  # torn by a kill mid-write
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def load_records(folder) -> list[dict]:
+    """All records under `folder` (every *.jsonl, recursively, or one file), one per key.
+
+    Where one key appears twice (two folders merged), an `ok` record wins over a failed one.
+    """
+    folder = Path(folder)
+    if folder.is_file():
+        files = [folder]
+    elif folder.is_dir():
+        files = sorted(folder.rglob("*.jsonl"))
+    else:
+        raise ValueError(f"results: {folder} does not exist")
+    by_key: dict[tuple, dict] = {}
+    for path in files:
+        for record in read_records(path):
+            key = record_key(record)
+            old = by_key.get(key)
+            if old is None or (old.get("status") != "ok" and record.get("status") == "ok"):
+                by_key[key] = record
+    return list(by_key.values())
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Truncates a half-written last line so the next append starts on a fresh line."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        block, pos = 65536, size
+        keep = 0
+        while pos > 0:
+            start = max(0, pos - block)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            i = chunk.rfind(b"\n")
+            if i >= 0:
+                keep = start + i + 1
+                break
+            pos = start
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class _RecordWriter:
+    """Appends one JSON line per record with flush + fsync; holds an exclusive lock so that
+    two experiments cannot write one file at once."""
+
+    def __init__(self, path: Path):
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(path, "ab")
+        try:
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.file.close()
+            raise ValueError(f"out: another experiment is writing {path}") from None
+        _cut_torn_tail(path)
+        self.file.seek(0, os.SEEK_END)
+
+    def write(self, record: dict) -> None:
+        self.file.write((json.dumps(record, sort_keys=True) + "\n").encode())
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+    def close(self) -> None:
+        self.file.close()
+
+
+# ---------------------------------------------------------------------------
+# executors
+
+
+def _run_inline(tasks, graphs, write) -> None:
+    for task in tasks:
+        write(run_task(task, graphs[task.fingerprint]))
+
+
+def _run_pool(tasks, graphs, write, workers: int, entries: dict) -> None:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    context = multiprocessing.get_context("spawn")  # numba's threads and fork do not mix
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+                               initargs=(threads,))
+    try:
+        pending = {}
+        queue = iter(tasks)
+        window = 2 * workers  # keep the pool busy without queueing every graph's arrays
+
+        def submit_next() -> bool:
+            task = next(queue, None)
+            if task is None:
+                return False
+            pending[pool.submit(run_task, task, graphs[task.fingerprint],
+                                entries.get(task.method))] = task
+            return True
+
+        for _ in range(window):
+            if not submit_next():
+                break
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                task = pending.pop(future)
+                try:
+                    record = future.result()
+                except Exception as exc:  # the worker itself died (e.g. killed for memory)
+                    raise RuntimeError(f"a worker process died while running {task.method} on "
+                                       f"{task.graph} ({exc}); rerun to resume") from exc
+                write(record)
+                submit_next()
+    except BaseException:  # Ctrl-C or a dead worker: do not wait for the queued runs
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _run_ray(tasks, graphs, write, workers: int | None, address: str | None,
+             entries: dict) -> None:
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        kwargs = dict(include_dashboard=False, log_to_driver=False)
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=workers or os.cpu_count(), **kwargs)
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(_run_in_worker)
+        refs = {fp: ray.put(graph) for fp, graph in graphs.items()}
+        pending = {remote.remote(task, refs[task.fingerprint], entries.get(task.method), 1): task
+                   for task in tasks}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                task = pending.pop(ref)
+                try:
+                    record = ray.get(ref)
+                except Exception as exc:  # the worker died; the task did not raise
+                    record = run_task_failed(task, exc)
+                write(record)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_task_failed(task: Task, exc: BaseException) -> dict:
+    """A failed record for a run whose worker died before it could report."""
+    record = asdict(task)
+    record.pop("path")
+    record.update(graph_path=task.path, version=software_version(), status="failed",
+                  error=f"worker died: {type(exc).__name__}: {exc}", value=None, peak=None,
+                  makespan=None, feasible=None, overflow=None, evaluations=None,
+                  method_wall_time=None, time_limit=None, wall_time=None)
+    return record
+
+
+# ---------------------------------------------------------------------------
+# the experiment
+
+
+@dataclass
+class RunSummary:
+    path: str
+    total: int
+    skipped: int
+    ran: int = 0
+    failed: int = 0
+    failures: list = field(default_factory=list)  # (method, graph, error) of new failures
+
+
+def run_experiment(methods: Sequence[str], graphs, out, *, seeds=3, budgets=5000, devices=2,
+                   objectives="peak_memory", memory_limits=None,
+                   method_options: Mapping[str, dict] | None = None, limit: int | None = None,
+                   workers: int | None = None, ray: bool = False, ray_address: str | None = None,
+                   progress: bool = True) -> RunSummary:
+    """Runs every (method, graph, seed, budget, devices, objective, memory limit) not yet in
+    `out/records.jsonl` and appends its record. Returns counts of what ran and was skipped.
+
+    `graphs`: a folder, several folders (dataset = folder name) or {dataset: folder}.
+    `workers`: processes (or Ray CPUs); 1 runs in this process; default: every core.
+    """
+    from tqdm import tqdm
+
+    from regal.io import load_graph
+
+    grid = dict(seeds=seeds, budgets=budgets, devices=devices, objectives=objectives,
+                memory_limits=memory_limits, method_options=method_options)
+    check_grid(methods, **grid)  # bad arguments fail before any graph is read
+    if workers is not None and (isinstance(workers, bool) or workers < 1):
+        raise ValueError(f"workers: expected a positive count, got {workers!r}")
+    entries = find_graphs(graphs, limit)
+    tasks = make_tasks(methods, entries, **grid)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: {out} is a file, expected a folder")
+    path = out / RECORDS_FILE
+    writer = _RecordWriter(path)
+    try:
+        done = {record_key(r) for r in read_records(path)}
+        todo = [t for t in tasks if t.key() not in done]
+        summary = RunSummary(str(path), total=len(tasks), skipped=len(tasks) - len(todo))
+        graphs_by_fp = {}
+        for entry in entries:
+            if entry.fingerprint not in graphs_by_fp and any(
+                    t.fingerprint == entry.fingerprint for t in todo):
+                graphs_by_fp[entry.fingerprint] = load_graph(entry.path)
+        workers = workers or os.cpu_count() or 1
+        bar = tqdm(total=len(tasks), initial=summary.skipped, unit="run", desc="compare",
+                   disable=not progress)
+
+        def write(record: dict) -> None:
+            writer.write(record)
+            summary.ran += 1
+            if record["status"] != "ok":
+                summary.failed += 1
+                summary.failures.append((record["method"], record["graph"], record["error"]))
+                bar.write(f"failed: {record['method']} on {record['graph']} seed "
+                          f"{record['seed']}: {record['error']}")
+            bar.update(1)
+            bar.set_postfix(failed=summary.failed, refresh=False)
+
+        try:
+            if not todo:
+                pass
+            elif ray or ray_address:
+                _run_ray(todo, graphs_by_fp, write, workers, ray_address,
+                         _portable_entries(methods))
+            elif workers == 1 or len(todo) == 1:
+                _run_inline(todo, graphs_by_fp, write)
+            else:
+                _run_pool(todo, graphs_by_fp, write, min(workers, len(todo)),
+                          _portable_entries(methods))
+        finally:
+            bar.close()
+    finally:
+        writer.close()
+    return summary

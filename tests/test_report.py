@@ -1,0 +1,128 @@
+"""Table 1 metrics against numbers worked out by hand on a few fake records."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from regal import report
+from regal.cli import main
+
+
+def rec(dataset, graph, method, budget, seed, value, devices=2, status="ok", options="{}"):
+    return dict(method=method, dataset=dataset, graph=graph, fingerprint=f"fp-{graph}",
+                seed=seed, budget=budget, devices=devices, memory_limit=None,
+                objective="peak_memory", options=options, status=status,
+                value=value if status == "ok" else None, feasible=status == "ok",
+                evaluations=budget, wall_time=1.0, error=None if status == "ok" else "boom")
+
+
+# dataset A: graphs g1, g2; dataset B: g1 again (same fingerprint) and g3.
+# best values: g1 = 80 (brkga 50K on A), g2 = 190 (brkga 50K), g3 = 50 (m1 on B).
+RECORDS = [
+    rec("A", "g1", "brkga", 5000, 0, 100.0), rec("A", "g1", "brkga", 5000, 1, 110.0),
+    rec("A", "g2", "brkga", 5000, 0, 200.0),
+    rec("A", "g1", "m1", 5000, 0, 84.0),
+    rec("A", "g2", "m1", 5000, 0, 210.0), rec("A", "g2", "m1", 5000, 1, 0.0, status="failed"),
+    rec("A", "g1", "brkga", 50000, 0, 80.0), rec("A", "g2", "brkga", 50000, 0, 190.0),
+    rec("B", "g1", "brkga", 5000, 0, 120.0), rec("B", "g1", "m1", 5000, 0, 90.0),
+    rec("B", "g3", "brkga", 5000, 0, 50.0), rec("B", "g3", "m1", 5000, 0, 50.0),
+    # the same method with other options is a row of its own, never averaged with m1
+    rec("A", "g1", "m1", 5000, 0, 80.0, options='{"time_limit": 10.0}'),
+    # another setting (4 devices): its values must not leak into the 2-device best
+    rec("A", "g1", "m1", 5000, 0, 1.0, devices=4),
+]
+
+
+def row(rows, dataset, method, budget=5000, devices=2):
+    (found,) = [r for r in rows if (r["dataset"], r["method"], r["budget"], r["devices"],
+                                    r["options"]) == (dataset, method, budget, devices, "{}")]
+    return found
+
+
+def test_metrics_match_hand_computation():
+    rows = report.summarize(RECORDS)
+    m1 = row(rows, "A", "m1")
+    # improvement: g1 (105-84)/105 = 0.2, g2 (200-210)/200 = -0.05 -> mean 0.075
+    assert m1["improvement_pct"] == pytest.approx(7.5)
+    # gap: g1 (84-80)/80 = 0.05, g2 (210-190)/190 -> mean
+    assert m1["gap_pct"] == pytest.approx(100 * (0.05 + 20 / 190) / 2)
+    # best-known improvement: g1 25/105, g2 10/200; headroom = 0.075 / its mean
+    assert m1["headroom_pct"] == pytest.approx(100 * 0.075 / ((25 / 105 + 0.05) / 2))
+    assert (m1["graphs"], m1["runs"], m1["failed"]) == (2, 3, 1)
+
+    base = row(rows, "A", "brkga")
+    assert base["improvement_pct"] == 0.0 and base["headroom_pct"] == 0.0
+    assert base["gap_pct"] == pytest.approx(100 * (25 / 80 + 10 / 190) / 2)
+    long = row(rows, "A", "brkga", 50000)
+    assert long["gap_pct"] == 0.0 and long["headroom_pct"] == pytest.approx(100.0)
+    assert long["improvement_pct"] == pytest.approx(100 * (25 / 105 + 10 / 200) / 2)
+
+    b = row(rows, "B", "m1")
+    # g1: best 80 comes from dataset A; g3: nothing beats 50 (no headroom there)
+    assert b["improvement_pct"] == pytest.approx(100 * (30 / 120 + 0) / 2)
+    assert b["gap_pct"] == pytest.approx(100 * (10 / 80 + 0) / 2)
+    assert b["headroom_pct"] == pytest.approx(100 * (0.25 / 2) / ((40 / 120 + 0) / 2))
+
+    (timed,) = [r for r in rows if r["options"] != "{}"]
+    assert (timed["graphs"], timed["runs"], timed["gap_pct"]) == (1, 1, 0.0)
+    assert timed["improvement_pct"] == pytest.approx(100 * 25 / 105)
+
+    four = row(rows, "A", "m1", devices=4)
+    assert four["gap_pct"] == 0.0 and four["improvement_pct"] is None  # no baseline there
+
+
+def test_headroom_only_where_someone_beat_the_baseline():
+    records = [rec("C", "g", "brkga", 5000, 0, 100.0), rec("C", "g", "worse", 5000, 0, 120.0)]
+    rows = report.summarize(records)
+    assert row(rows, "C", "worse")["improvement_pct"] == pytest.approx(-20.0)
+    assert row(rows, "C", "worse")["headroom_pct"] is None
+    assert row(rows, "C", "brkga")["headroom_pct"] is None
+
+
+def test_all_failed_method_has_no_numbers():
+    records = [rec("C", "g", "brkga", 5000, 0, 100.0),
+               rec("C", "g", "broken", 5000, 0, 0.0, status="failed")]
+    broken = row(report.summarize(records), "C", "broken")
+    assert (broken["graphs"], broken["failed"], broken["gap_pct"]) == (0, 1, None)
+    assert broken["improvement_pct"] is None
+
+
+def test_write_report_files(tmp_path, capsys):
+    results = tmp_path / "results"
+    (results / "long").mkdir(parents=True)
+    # records may be spread over several files (e.g. a long-run folder inside)
+    short = [r for r in RECORDS if r["budget"] == 5000]
+    long = [r for r in RECORDS if r["budget"] != 5000]
+    (results / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in short))
+    (results / "long" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in long))
+    out = tmp_path / "tables"
+    assert main(["report", str(results), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "### A (2 graphs)" in printed and "### B (2 graphs)" in printed
+    assert "| m1 | 5000 | 2 | 3 | 1 | +7.50 |" in printed
+    assert "| m1 (time_limit=10.0) | 5000 | 1 | 1 | 0 | +23.81 |" in printed
+    table = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
+    assert len(table) == len(report.summarize(RECORDS))
+    m1 = [t for t in table if (t["dataset"], t["method"], t["devices"], t["options"]) ==
+          ("A", "m1", "2", "{}")]
+    assert float(m1[0]["improvement_pct"]) == pytest.approx(7.5)
+    assert (out / "table.md").read_text() == report.to_markdown(report.summarize(RECORDS))
+    for name in ("chart_peak_memory_2dev.png", "chart_peak_memory_4dev.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_missing_baseline_is_said(tmp_path):
+    text = report.to_markdown(report.summarize([rec("C", "g", "m1", 1000, 0, 5.0)]))
+    assert "no brkga run at budget 5000 on C" in text
+    assert report.baseline_name(("brkga", 5000)) == "BRKGA-5K"
+    assert report.baseline_name(("brkga", 300)) == "BRKGA-300"
+
+
+def test_report_errors(tmp_path):
+    assert main(["report", str(tmp_path / "absent")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty")]) == 2
