@@ -12,6 +12,7 @@ import os
 import sys
 
 EXIT_USAGE = 2
+EXIT_INFEASIBLE = 3  # `regal optimize`: no solution found within the memory limits
 
 
 class UserError(Exception):
@@ -35,6 +36,217 @@ def cmd_data_info(args) -> int:
     return 0
 
 
+def cmd_data_synth(args) -> int:
+    from regal import synth
+
+    custom = {"--min-ops": args.min_ops, "--max-ops": args.max_ops, "--seed": args.seed,
+              "--family": args.family, "--training": args.training or None}
+    if args.recipe is not None:
+        given = [flag for flag, value in custom.items() if value is not None]
+        if given:
+            raise ValueError(f"{given[0]} cannot be combined with --recipe (a recipe fixes it)")
+        recipe = synth.recipe_named(args.recipe, count=args.count)
+    else:
+        if args.count is None:
+            raise ValueError("--count is required unless --recipe is given")
+        recipe = synth.custom_recipe(
+            count=args.count, min_ops=50 if args.min_ops is None else args.min_ops,
+            max_ops=200 if args.max_ops is None else args.max_ops,
+            seed=0 if args.seed is None else args.seed, family=args.family or "random",
+            training=args.training)
+    paths = synth.materialize(recipe, args.out, progress=not args.quiet)
+    print(f"{len(paths)} graphs of recipe {recipe.name!r} in {args.out} (see recipe.json)")
+    return 0
+
+
+def cmd_import(args) -> int:
+    from pathlib import Path
+
+    from regal.graph import summarize
+    from regal.io import SUFFIXES, save_graph
+
+    # fail on plain mistakes before paying for TensorFlow (and its log lines)
+    if Path(args.out).suffix.lower() not in SUFFIXES:
+        raise ValueError(f"--out {args.out}: unknown graph file suffix; use one of "
+                         f"{', '.join(SUFFIXES)}")
+    if args.batch < 1:
+        raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    is_spec = args.model.startswith(("keras.applications.", "tf.keras.applications.")) or \
+        ":" in args.model
+    if not is_spec and not Path(args.model).exists():
+        raise ValueError(f"no such model file or directory: {args.model}")
+    from regal.io.tensorflow import import_model, resolve_model
+
+    graph = import_model(resolve_model(args.model), batch_size=args.batch,
+                         training=args.training, run=args.run)
+    save_graph(graph, args.out)
+    s = summarize(graph)
+    print(f"wrote {args.out}: {s['ops']} ops, {s['tensors']} tensors, "
+          f"{s['total bytes']} tensor bytes, {s['persistent bytes']} persistent bytes")
+    return 0
+
+
+def cmd_data_real(args) -> int:
+    from pathlib import Path
+
+    from regal.io.tf_models import build_real_set, write_real_readme
+
+    paths = build_real_set(args.out, models=args.models, progress=not args.quiet)
+    readme = args.readme or str(Path(args.out).parent / "README.md")
+    write_real_readme(args.out, readme)
+    print(f"{len(paths)} real graphs in {args.out}; table in {readme}")
+    return 0
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "byte": 1, "bytes": 1,
+               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'16GiB', '500MB', '1.5 GiB', '123 bytes' or '123' -> bytes (KB/MB/GB are powers of 1000)."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match and _SIZE_UNITS.get(match.group(2).lower())
+    if not unit:
+        raise argparse.ArgumentTypeError(
+            f"invalid size {text!r}: expected a number with an optional unit "
+            "(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 16GiB")
+    return int(round(float(match.group(1)) * unit))
+
+
+def cmd_optimize(args) -> int:
+    from tqdm import tqdm
+
+    from regal import optimizers
+    from regal.io import load_graph
+    from regal.sim import DeviceSpec
+
+    optimizers.get_method(args.method)  # an unknown method fails before the graph loads
+    for flag, path in (("--out", args.out), ("--plot", args.plot)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ValueError(f"{flag} {path}: the directory does not exist")
+    graph = load_graph(args.graph)
+    devices = DeviceSpec(args.devices, memory_limit=args.memory_limit)
+    problem = optimizers.Problem(graph, devices, args.objective)
+    bars = []  # opened on the first report, so an early argument error prints no bar
+
+    def progress(evaluations, best):
+        if not bars:
+            bars.append(tqdm(total=args.budget, unit="eval", desc=args.method, leave=False))
+        bars[0].set_postfix(best=f"{best:.6g}", refresh=False)
+        bars[0].update(evaluations - bars[0].n)
+    try:
+        solution = optimizers.solve(args.method, problem, args.budget, args.seed,
+                                    progress=progress)
+    finally:
+        if bars:
+            bars[0].close()
+    references = [optimizers.single_device(problem), optimizers.round_robin(problem)]
+    print(f"{args.graph}: {graph.num_nodes} ops on {devices.count} devices")
+    print("\n".join(optimizers.describe(problem, solution, references)))
+    if args.out:
+        import json
+        record = optimizers.solution_record(problem, solution, args.budget, source=args.graph)
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=1)
+        print(f"wrote {args.out}")
+    if args.plot:
+        from regal.plots import plot_solution
+        plot_solution(problem, solution, args.plot, title=f"{args.graph} ({args.method})")
+        print(f"wrote {args.plot}")
+    return 0 if solution.feasible else EXIT_INFEASIBLE
+
+
+def _int_list(text: str) -> list[int]:
+    """'5000' or '1000,5000' -> [5000] / [1000, 5000]."""
+    try:
+        return [int(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}")
+
+
+def cmd_compare(args) -> int:
+    from regal.harness import run_experiment
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    summary = run_experiment(
+        methods, args.graphs, args.out, seeds=args.seeds, budgets=args.budget,
+        devices=args.devices, objectives=args.objective, memory_limits=args.memory_limit,
+        limit=args.limit, workers=args.workers, ray=args.ray, ray_address=args.ray_address,
+        progress=not args.quiet)
+    print(f"{summary.ran} runs done, {summary.skipped} already recorded, "
+          f"{summary.failed} failed; records in {summary.path}")
+    for method, graph, error in summary.failures[:10]:
+        print(f"  failed: {method} on {graph}: {error}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from regal.report import write_report
+
+    result = write_report(args.results, args.out, baseline=("brkga", args.baseline_budget),
+                          chart=not args.no_chart)
+    print(result["markdown"])
+    print("wrote " + ", ".join(result["files"]))
+    return 0
+
+
+def cmd_train(args) -> int:
+    from regal.train import TrainConfig, train
+
+    config = TrainConfig(
+        train=args.train, val=args.val, out=args.out, steps=args.steps, budget=args.budget,
+        devices=tuple(args.devices), objective=args.objective,
+        graphs_per_step=args.graphs_per_step, samples=args.samples,
+        learning_rate=args.learning_rate, entropy_coef=args.entropy_coef,
+        val_every=args.val_every, val_graphs=args.val_graphs,
+        checkpoint_minutes=args.checkpoint_minutes, max_minutes=args.max_minutes,
+        workers=args.workers, ray=args.ray, seed=args.seed, learn=args.learn,
+        learn_elite_bias=not args.no_elite_bias, progress=not args.quiet)
+    summary = train(config, resume=args.resume)
+    print(f"stopped ({summary['stopped']}) at step {summary['step']} after "
+          f"{summary['wall_time'] / 60:.1f} min; last validation improvement: "
+          f"{summary['val_improvement']}; policy in {summary['policy']}")
+    return 0
+
+
+def cmd_apply(args) -> int:
+    from regal.measure import apply_solution
+
+    result = apply_solution(args.model, args.solution, args.out, batch_size=args.batch,
+                            training=args.training, kind=args.device_type,
+                            device_format=args.device_format)
+    print(f"applied {args.solution}: {result['control_edges']} control edges chain each "
+          f"device's order")
+    if result["moved"]:
+        print(f"{len(result['moved'])} ops moved to their variable's device (TensorFlow "
+              f"colocates ops that use a variable)")
+    if result["unmatched_variables"]:
+        print(f"saved_model: {result['unmatched_variables']} variables not found in the "
+              f"source got random values")
+    for path in result["files"]:
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_measure(args) -> int:
+    import json
+
+    from regal.measure import measure
+
+    result = measure(args.model, args.solution, args.devices, batch_size=args.batch,
+                     training=args.training, kind=args.device_type, runs=args.runs,
+                     seed=args.seed)
+    print("\n".join(result.lines()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result.to_dict(), f, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
 # ---------------------------------------------------------------------------
 # parser
 
@@ -48,6 +260,133 @@ def build_parser() -> argparse.ArgumentParser:
     p = data_sub.add_parser("info", help="print ops, tensors, bytes and depth of graph files")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=cmd_data_info)
+    p = data_sub.add_parser("synth", help="generate synthetic graphs from a seed (resumable)")
+    p.add_argument("--recipe", metavar="SPLIT", help="a REGAL-like split: train, valid or test")
+    p.add_argument("--count", type=int, help="number of graphs (with --recipe: the first N)")
+    p.add_argument("--min-ops", type=int, help="fewest ops per graph (default 50)")
+    p.add_argument("--max-ops", type=int, help="most ops per graph (default 200)")
+    p.add_argument("--seed", type=int, help="seed of the whole set (default 0)")
+    p.add_argument("--family", help="random (default), cnn, inception, transformer or mixed")
+    p.add_argument("--training", action="store_true", help="append backward pass and updates")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the .npz files")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_data_synth)
+    p = data_sub.add_parser("real", help="import the real TensorFlow graph set (resumable)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the .npz files")
+    p.add_argument("--models", nargs="+", metavar="NAME", help="a subset (default: all)")
+    p.add_argument("--readme", metavar="FILE", help="table to write (default: OUT/../README.md)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_data_real)
+
+    p = sub.add_parser("import", help="import a TensorFlow model as a graph file")
+    p.add_argument("model", metavar="MODEL", help="SavedModel dir, .keras/.h5, GraphDef "
+                   ".pb/.pbtxt, keras.applications.NAME or package.module:attr")
+    p.add_argument("--out", required=True, metavar="FILE", help="graph file (.npz, .pbtxt, .pb)")
+    p.add_argument("--batch", type=int, default=1, metavar="B", help="batch size (default 1)")
+    p.add_argument("--training", action="store_true",
+                   help="forward + backward + optimizer update")
+    p.add_argument("--run", action="store_true",
+                   help="execute once and use TensorFlow's measured cost graph")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("optimize", help="place and schedule one graph on several devices")
+    p.add_argument("graph", metavar="GRAPH", help="any graph file `regal data info` reads")
+    p.add_argument("--devices", type=int, required=True, metavar="D", help="number of devices")
+    p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
+                   help="per-device memory, e.g. 16GiB (default: unlimited)")
+    p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
+    p.add_argument("--method", default="brkga", help="optimizer (default: brkga)")
+    p.add_argument("--budget", type=int, default=5000, help="performance-model evaluations")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", metavar="JSON", help="write the solution here")
+    p.add_argument("--plot", metavar="PNG", help="draw memory over time and a Gantt chart")
+    p.set_defaults(func=cmd_optimize)
+
+    p = sub.add_parser("compare", help="run methods on graph folders and record every run "
+                       "(resumable)")
+    p.add_argument("--methods", required=True, help="comma-separated, e.g. brkga,random,cpsat")
+    p.add_argument("--graphs", required=True, action="append", metavar="DIR",
+                   help="folder of graph files; repeat for several datasets (named by folder)")
+    p.add_argument("--devices", type=_int_list, default=[2], metavar="D[,D...]")
+    p.add_argument("--budget", type=_int_list, default=[5000], metavar="N[,N...]",
+                   help="performance-model evaluations per run (default 5000)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per graph (default 3)")
+    p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
+    p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
+                   help="per-device memory, e.g. 16GiB (default: unlimited)")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="only the first N graphs of each folder")
+    p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument("--ray", action="store_true", help="fan out on a local Ray cluster")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="fan out on this Ray cluster (implies --ray)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for records.jsonl")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("report", help="Table 1 (Markdown, CSV, bar chart) from compare records")
+    p.add_argument("results", metavar="DIR", help="folder of records (*.jsonl, recursively)")
+    p.add_argument("--out", default=None, metavar="DIR", help="where to write (default: DIR)")
+    p.add_argument("--baseline-budget", type=int, default=5000,
+                   help="budget of the brkga runs that are the baseline (default 5000)")
+    p.add_argument("--no-chart", action="store_true", help="tables only")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("train", help="train the REGAL policy with REINFORCE (resumable)")
+    p.add_argument("--train", required=True, metavar="DIR|RECIPE",
+                   help="training graphs: a folder, or a synth recipe such as train or train:500")
+    p.add_argument("--val", required=True, metavar="DIR|RECIPE", help="validation graphs")
+    p.add_argument("--out", required=True, metavar="RUN", help="run folder (checkpoints, logs)")
+    p.add_argument("--resume", action="store_true", help="continue the run in RUN")
+    p.add_argument("--steps", type=int, default=200, help="policy-gradient steps (default 200)")
+    p.add_argument("--budget", type=int, default=1000, help="BRKGA evaluations per rollout")
+    p.add_argument("--devices", type=int, nargs="+", default=[2, 4], metavar="D")
+    p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
+    p.add_argument("--graphs-per-step", type=int, default=4)
+    p.add_argument("--samples", type=int, default=4, help="rollouts per graph (default 4)")
+    p.add_argument("--learning-rate", type=float, default=1e-3)
+    p.add_argument("--entropy-coef", type=float, default=1e-3)
+    p.add_argument("--val-every", type=int, default=10, help="steps between validations")
+    p.add_argument("--val-graphs", type=int, default=16)
+    p.add_argument("--checkpoint-minutes", type=float, default=3.0)
+    p.add_argument("--max-minutes", type=float, default=None, help="stop after this wall time")
+    p.add_argument("--workers", type=int, default=2, help="rollout processes (default 2)")
+    p.add_argument("--ray", action="store_true", help="run rollouts on a local Ray")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--learn", choices=("both", "placement", "scheduling"), default="both",
+                   help="which key groups the policy learns (ablation)")
+    p.add_argument("--no-elite-bias", action="store_true", help="do not learn the elite bias")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+    model_help = ("the model the solution's graph was imported from (as for `regal import`)")
+    p = sub.add_parser("apply", help="write a model's graph with a solution's devices and "
+                       "order (GraphDef, SavedModel, device map)")
+    p.add_argument("model", metavar="MODEL", help=model_help)
+    p.add_argument("--solution", required=True, metavar="JSON", help="from regal optimize")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--batch", type=int, default=1, metavar="B", help="batch size (default 1)")
+    p.add_argument("--training", action="store_true", help="the training step was solved")
+    p.add_argument("--device-type", choices=("CPU", "GPU"), default="GPU",
+                   help="device of solution device k: /device:TYPE:k (default GPU)")
+    p.add_argument("--device-format", default=None, metavar="FMT",
+                   help="device string with {k}, e.g. /job:worker/task:0/device:GPU:{k}")
+    p.set_defaults(func=cmd_apply)
+
+    p = sub.add_parser("measure", help="run a placed model on D devices; measured vs "
+                       "simulated per-device peak memory")
+    p.add_argument("model", metavar="MODEL", help=model_help)
+    p.add_argument("--solution", required=True, metavar="JSON", help="from regal optimize")
+    p.add_argument("--devices", type=int, default=None, metavar="D",
+                   help="devices to run on (default: the solution's count)")
+    p.add_argument("--batch", type=int, default=1, metavar="B", help="batch size (default 1)")
+    p.add_argument("--training", action="store_true", help="the training step was solved")
+    p.add_argument("--device-type", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="auto: logical GPUs when a GPU exists, else logical CPUs")
+    p.add_argument("--runs", type=int, default=3, help="warm-up runs before measuring")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
+    p.add_argument("--json", metavar="FILE", help="also write the numbers here")
+    p.set_defaults(func=cmd_measure)
 
     return parser
 

@@ -1,0 +1,598 @@
+"""REINFORCE training of REGAL's policy, split Acme-style into actors, a learner and a loop.
+
+- **Actors** (numpy only, no TensorFlow): given a graph, devices, a budget, a BRKGA seed and
+  per-gene `alpha`/`beta`/`elite_bias`, run BRKGA and return the objective (`run_rollout`).
+  They run in a spawn-based process pool (default), on Ray, or inline.
+- **Learner** (TensorFlow): `Learner.update(episodes)` takes, per graph, the sampled menu
+  indices and their rewards, and takes one policy-gradient step (Adam, clipped). It never
+  knows how the rewards were gathered.
+- **Loop** (`train`): samples graphs and actions, asks the actors for rewards, feeds the
+  learner, validates, logs to TensorBoard and checkpoints.
+
+Reward of one rollout: `(obj_uniform - obj_policy) / obj_uniform`, both BRKGA runs at the
+same budget with the same BRKGA seed (common random numbers). The `K` samples of a graph use
+BRKGA seeds `0..K-1`, so the uniform baseline of (graph, devices, seed, budget, objective)
+is computed once and cached in `RUN/baselines.json` (kept across `--resume`).
+
+Loss per step (G graphs, K samples each), documented choices:
+    A_gk   = (r_gk - mean_k r_gk) / (std of all A in the step + 1e-8)   # per-graph mean baseline
+    loss   = -mean_gk(A_gk * logp_gk / n_g) - entropy_coef * mean_g(H_g / n_g)
+`logp` and the entropy `H` are sums over ops and learned heads; dividing by the op count
+`n_g` makes every graph weigh the same whatever its size and keeps the step size of a
+per-op decision independent of n. Scaling advantages by their std keeps the gradient
+scale stable although raw rewards are ~1e-2.
+
+The loop's state (weights, Adam slots, numpy RNG state, step, wall time) goes into one
+`RUN/checkpoint.npz`, written atomically every few minutes, at the end and on SIGTERM/SIGINT;
+`resume=True` continues from it exactly (same graphs, samples, rewards and weights as an
+uninterrupted run). TensorFlow is imported only inside the learner side, so worker processes
+that unpickle `run_rollout` never load it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # before any TensorFlow import (learner side)
+import regal.tfenv  # noqa: E402,F401  (OR-Tools before TensorFlow: see regal/tfenv.py)
+
+import numpy as np  # noqa: E402
+
+from regal.graph import ComputationGraph  # noqa: E402
+
+__all__ = ["TrainConfig", "RolloutTask", "run_rollout", "GraphSource", "graph_source",
+           "make_actors", "InlineActors", "PoolActors", "RayActors", "BaselineCache",
+           "Episode", "Learner", "advantages", "train", "load_checkpoint_policy"]
+
+CHECKPOINT_FILE = "checkpoint.npz"
+BASELINES_FILE = "baselines.json"
+HISTORY_FILE = "history.jsonl"
+CONFIG_FILE = "train_config.json"
+# may change between a run and its resume; everything else must match
+RESUMABLE_FIELDS = ("steps", "max_minutes", "workers", "ray", "progress", "checkpoint_minutes")
+
+
+# ---------------------------------------------------------------------------
+# configuration
+
+
+@dataclass
+class TrainConfig:
+    train: str                       # graph folder or recipe ("train", "train:500")
+    val: str                         # graph folder or recipe ("valid:32")
+    out: str                         # run folder
+    steps: int = 200
+    budget: int = 1000               # BRKGA evaluations per rollout
+    devices: tuple = (2, 4)          # each sampled graph gets one of these counts
+    objective: str = "peak_memory"
+    graphs_per_step: int = 4
+    samples: int = 4                 # K rollouts per graph (also the BRKGA seed pool 0..K-1)
+    population_size: int = 100
+    learning_rate: float = 1e-3
+    entropy_coef: float = 1e-3
+    clip_norm: float = 1.0
+    val_graphs: int = 16
+    val_seeds: int = 2
+    val_every: int = 10              # steps; 0 = never
+    checkpoint_minutes: float = 3.0
+    max_minutes: float | None = None  # stop (checkpoint + export) after this much wall time
+    workers: int = 2
+    ray: bool = False
+    seed: int = 0
+    hidden: int = 64
+    num_layers: int = 4
+    learn: str = "both"
+    learn_elite_bias: bool = True
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.devices = tuple(int(d) for d in np.atleast_1d(self.devices))
+        for name in ("steps", "budget", "graphs_per_step", "samples", "workers", "val_graphs",
+                     "val_seeds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or int(value) != value or value < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        if self.budget < self.population_size:
+            raise ValueError(f"budget: must be >= population_size ({self.population_size}), "
+                             f"got {self.budget}")
+        if not self.devices or min(self.devices) < 1:
+            raise ValueError(f"devices: expected device counts >= 1, got {self.devices}")
+        if self.objective not in ("peak_memory", "makespan"):
+            raise ValueError(f"objective: expected peak_memory or makespan, got {self.objective!r}")
+        if self.val_every < 0:
+            raise ValueError(f"val_every: expected >= 0, got {self.val_every}")
+
+    def policy_kwargs(self) -> dict:
+        return dict(num_layers=self.num_layers, hidden=self.hidden, learn=self.learn,
+                    learn_elite_bias=self.learn_elite_bias, seed=self.seed)
+
+
+# ---------------------------------------------------------------------------
+# graph sources: a folder of graph files, or a synth recipe ("train", "valid:64")
+
+
+@dataclass(frozen=True)
+class GraphSource:
+    """An indexable set of graphs; `spec` says where they come from."""
+
+    spec: str
+    count: int
+    paths: tuple = ()      # folder source
+    recipe: object = None  # recipe source
+
+    def __getitem__(self, index: int) -> ComputationGraph:
+        return _load_source_graph(self, int(index))
+
+
+@lru_cache(maxsize=2048)
+def _load_source_graph(source: GraphSource, index: int) -> ComputationGraph:
+    if source.recipe is not None:
+        from regal.synth import graph_at
+        return graph_at(source.recipe, index)
+    from regal.io import load_graph
+    return load_graph(source.paths[index])
+
+
+def graph_source(spec: str) -> GraphSource:
+    """A folder of graph files (.npz/.pbtxt/.pb), or `RECIPE[:COUNT]` of `regal.synth.RECIPES`."""
+    path = Path(spec)
+    if path.is_dir():
+        files = tuple(str(p) for p in sorted(path.iterdir())
+                      if p.is_file() and p.suffix.lower() in (".npz", ".pbtxt", ".pb"))
+        if not files:
+            raise ValueError(f"graphs: {spec} holds no graph files (.npz, .pbtxt, .pb)")
+        return GraphSource(spec, len(files), paths=files)
+    from regal.synth import RECIPES, recipe_named
+    name, _, count = str(spec).partition(":")
+    if name not in RECIPES:
+        raise ValueError(f"graphs: {spec!r} is neither a folder nor a recipe "
+                         f"({', '.join(RECIPES)}, optionally NAME:COUNT)")
+    try:
+        recipe = recipe_named(name, int(count) if count else None)
+    except ValueError as exc:
+        raise ValueError(f"graphs: {spec!r}: {exc}") from None
+    return GraphSource(spec, recipe.count, recipe=recipe)
+
+
+# ---------------------------------------------------------------------------
+# actor side (numpy only)
+
+
+@dataclass(frozen=True)
+class RolloutTask:
+    """One BRKGA run; `params` holds alpha/beta/elite_bias (empty = plain BRKGA)."""
+
+    graph: ComputationGraph
+    devices: int
+    budget: int
+    seed: int
+    objective: str = "peak_memory"
+    population_size: int = 100
+    params: dict = field(default_factory=dict)
+
+
+def run_rollout(task: RolloutTask) -> float:
+    """BRKGA with the task's per-gene parameters; returns the best objective found."""
+    from regal.optimizers import Problem, solve_brkga
+    from regal.sim import DeviceSpec
+
+    problem = Problem(task.graph, DeviceSpec(task.devices), task.objective)
+    solution = solve_brkga(problem, task.budget, task.seed,
+                           population_size=task.population_size, **task.params)
+    return float(solution.value)
+
+
+def _worker_init(threads: int) -> None:
+    """Pool workers ignore Ctrl-C (the loop handles it) and share the cores for numba."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import numba
+        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    except Exception:
+        pass
+
+
+class InlineActors:
+    """Runs rollouts in this process (tests, debugging)."""
+
+    def map(self, tasks: list) -> list[float]:
+        return [run_rollout(t) for t in tasks]
+
+    def close(self) -> None:
+        pass
+
+
+class PoolActors:
+    """A spawn-based process pool (numba threads and fork do not mix)."""
+
+    def __init__(self, workers: int) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_worker_init, initargs=(threads,))
+
+    def map(self, tasks: list) -> list[float]:
+        return list(self.pool.map(run_rollout, tasks))
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+
+class RayActors:
+    """Rollouts as Ray tasks (a local Ray unless one is already initialised)."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        import ray
+
+        self.ray = ray
+        self.started = not ray.is_initialized()
+        if self.started:
+            ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False,
+                     log_to_driver=False)
+        self.remote = ray.remote(num_cpus=1)(run_rollout)
+
+    def map(self, tasks: list) -> list[float]:
+        return [float(v) for v in self.ray.get([self.remote.remote(t) for t in tasks])]
+
+    def close(self) -> None:
+        if self.started:
+            self.ray.shutdown()
+
+
+def make_actors(workers: int = 2, use_ray: bool = False):
+    if use_ray:
+        return RayActors(workers)
+    return InlineActors() if workers <= 1 else PoolActors(workers)
+
+
+class BaselineCache:
+    """Uniform-BRKGA objective per (graph, devices, seed, budget, objective), kept on disk."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.values: dict[str, float] = {}
+        if path is not None and path.exists():
+            self.values = json.loads(path.read_text())
+
+    @staticmethod
+    def key(graph: ComputationGraph, devices: int, seed: int, budget: int, objective: str,
+            population_size: int) -> str:
+        return f"{graph.fingerprint()}|{devices}|{seed}|{budget}|{objective}|{population_size}"
+
+    def save(self) -> None:
+        if self.path is not None:
+            _atomic_write_bytes(self.path, json.dumps(self.values, sort_keys=True).encode())
+
+
+def rollout_rewards(actors, cache: BaselineCache, jobs: list[tuple]) -> list[float]:
+    """Rewards of `jobs` = [(graph, devices, seed, params, budget, objective, population)];
+    uniform baselines come from `cache` or run in the same batch as the policy's rollouts."""
+    keys = [BaselineCache.key(g, d, s, b, o, p) for g, d, s, _, b, o, p in jobs]
+    missing = {}
+    for key, (g, d, s, _, b, o, p) in zip(keys, jobs):
+        if key not in cache.values and key not in missing:
+            missing[key] = RolloutTask(g, d, b, s, o, p)
+    tasks = [RolloutTask(g, d, b, s, o, p, params) for g, d, s, params, b, o, p in jobs]
+    values = actors.map(tasks + list(missing.values()))
+    cache.values.update(zip(missing, values[len(tasks):]))
+    rewards = []
+    for key, value in zip(keys, values[:len(tasks)]):
+        base = cache.values[key]
+        rewards.append((base - value) / base if base > 0 else 0.0)
+    return rewards
+
+
+# ---------------------------------------------------------------------------
+# learner side (TensorFlow)
+
+
+@dataclass
+class Episode:
+    """K sampled actions on one graph and their rewards."""
+
+    features: object        # regal.policy.GraphFeatures
+    indices: list           # K arrays [n, 4]
+    rewards: np.ndarray     # [K]
+
+
+def advantages(rewards: list[np.ndarray]) -> list[np.ndarray]:
+    """Per-graph mean baseline, then one scale for the whole step (std of all advantages)."""
+    centred = [np.asarray(r, np.float64) - np.mean(r) for r in rewards]
+    scale = np.concatenate(centred).std() + 1e-8
+    return [c / scale for c in centred]
+
+
+class Learner:
+    """One REINFORCE step per call; owns the policy's Adam optimizer."""
+
+    def __init__(self, policy, learning_rate: float = 1e-3, entropy_coef: float = 1e-3,
+                 clip_norm: float = 1.0) -> None:
+        import tensorflow as tf
+        import tf_keras
+
+        self.tf = tf
+        self.policy = policy
+        self.entropy_coef = float(entropy_coef)
+        self.clip_norm = float(clip_norm)
+        self.optimizer = tf_keras.optimizers.Adam(learning_rate)
+        self.optimizer.build(policy.trainable_variables)
+
+    def update(self, episodes: list[Episode]) -> dict:
+        tf = self.tf
+        adv = advantages([e.rewards for e in episodes])
+        samples = sum(len(e.indices) for e in episodes)
+        variables = self.policy.trainable_variables
+        with tf.GradientTape() as tape:
+            pg, entropy = tf.constant(0.0), tf.constant(0.0)
+            for episode, a in zip(episodes, adv):
+                n = float(episode.features.num_nodes)
+                for k, idx in enumerate(episode.indices):
+                    log_prob, ent = self.policy.evaluate(episode.features, None, idx)
+                    pg += float(a[k]) * log_prob / n
+                    if k == 0:
+                        entropy += ent / n
+            pg_loss = -pg / samples
+            mean_entropy = entropy / len(episodes)
+            loss = pg_loss - self.entropy_coef * mean_entropy
+        grads = tape.gradient(loss, variables)
+        grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
+        clipped, norm = tf.clip_by_global_norm(grads, self.clip_norm)
+        self.optimizer.apply_gradients(zip(clipped, variables))
+        return {"loss": float(loss), "pg_loss": float(pg_loss),
+                "entropy_per_op": float(mean_entropy), "grad_norm": float(norm)}
+
+    def state(self) -> list[np.ndarray]:
+        return [v.numpy() for v in self.optimizer.variables]
+
+    def set_state(self, values: list[np.ndarray]) -> None:
+        slots = self.optimizer.variables
+        if len(values) != len(slots):
+            raise ValueError("checkpoint: optimizer state does not match the policy")
+        for var, value in zip(slots, values):
+            var.assign(value)
+
+
+# ---------------------------------------------------------------------------
+# checkpoints
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_checkpoint(run: Path, policy, learner: Learner, rng: np.random.Generator,
+                    step: int, wall_time: float, cache: BaselineCache) -> None:
+    """Weights, Adam slots, RNG state and step in one file, replaced atomically."""
+    meta = {"step": step, "wall_time": wall_time, "rng": rng.bit_generator.state,
+            "policy_config": policy.config}
+    arrays = {f"w{i:04d}": w for i, w in enumerate(policy.net.get_weights())}
+    arrays.update({f"o{i:04d}": v for i, v in enumerate(learner.state())})
+    arrays["meta"] = np.array(json.dumps(meta))
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    cache.save()  # first: a checkpoint never points at baselines that are not on disk
+    _atomic_write_bytes(run / CHECKPOINT_FILE, buf.getvalue())
+
+
+def _read_checkpoint(run: Path):
+    with np.load(run / CHECKPOINT_FILE) as data:
+        meta = json.loads(str(data["meta"]))
+        weights = [data[k] for k in sorted(data.files) if k.startswith("w")]
+        opt = [data[k] for k in sorted(data.files) if k.startswith("o")]
+    return meta, weights, opt
+
+
+def load_checkpoint_policy(run):
+    """The policy stored in a run folder's checkpoint (e.g. to export it)."""
+    from regal.policy import Policy
+
+    meta, weights, _ = _read_checkpoint(Path(run))
+    policy = Policy(**meta["policy_config"])
+    policy.net.set_weights(weights)
+    return policy
+
+
+# ---------------------------------------------------------------------------
+# the loop
+
+
+def _prepare_run(config: TrainConfig, resume: bool) -> tuple[Path, TrainConfig]:
+    run = Path(config.out)
+    if run.exists() and not run.is_dir():
+        raise ValueError(f"out: {run} is a file, expected a run folder")
+    stored = run / CONFIG_FILE
+    if resume:
+        if not (run / CHECKPOINT_FILE).exists():
+            raise ValueError(f"out: {run} has no {CHECKPOINT_FILE} to resume from")
+        old = json.loads(stored.read_text())
+        mine = dataclasses.asdict(config)
+        for name, value in old.items():
+            if name in RESUMABLE_FIELDS or name == "out":
+                continue
+            if name in mine and json.loads(json.dumps(mine[name])) != value:
+                raise ValueError(f"resume: {name} differs from the stored run "
+                                 f"({mine[name]!r} vs {value!r}); start a new run folder")
+    elif (run / CHECKPOINT_FILE).exists():
+        raise ValueError(f"out: {run} already holds a checkpoint; pass --resume to continue "
+                         "it or choose another folder")
+    run.mkdir(parents=True, exist_ok=True)
+    _atomic_write_bytes(stored, (json.dumps(dataclasses.asdict(config), indent=2) + "\n").encode())
+    return run, config
+
+
+def _trim_history(path: Path, last_step: int) -> None:
+    """Drops history lines written after the checkpoint being resumed."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= last_step:
+                keep.append(line)
+        except (json.JSONDecodeError, KeyError):
+            break
+    _atomic_write_bytes(path, "".join(k + "\n" for k in keep).encode())
+
+
+def _validate(policy, val: GraphSource, config: TrainConfig, actors, cache) -> float:
+    """Mean improvement of the greedy policy over uniform BRKGA on fixed val graphs and seeds."""
+    from regal.sim import DeviceSpec
+
+    jobs = []
+    for i in range(min(config.val_graphs, val.count)):
+        graph = val[i]
+        d = config.devices[i % len(config.devices)]
+        action = policy.act(graph, DeviceSpec(d), mode="greedy")
+        for s in range(config.val_seeds):
+            jobs.append((graph, d, 1000 + s, action.brkga_params(), config.budget,
+                         config.objective, config.population_size))
+    return float(np.mean(rollout_rewards(actors, cache, jobs)))
+
+
+def _scalar(tag: str, value: float) -> None:
+    """A TensorBoard scalar written with core TF only (`tf.summary.scalar` needs the
+    tensorboard package, which is not a dependency); TensorBoard's scalar plugin reads it."""
+    import tensorflow as tf
+    from tensorflow.core.framework import summary_pb2
+
+    metadata = summary_pb2.SummaryMetadata()
+    metadata.plugin_data.plugin_name = "scalars"
+    tf.summary.write(tag, tf.constant(float(value), tf.float32), metadata=metadata)
+
+
+class _StopFlag:
+    """Turns SIGTERM/SIGINT into a flag the loop checks after each step (second one raises)."""
+
+    def __init__(self) -> None:
+        self.raised = False
+        self.previous = {}
+
+    def __enter__(self):
+        import threading
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.raised:
+            raise KeyboardInterrupt
+        self.raised = True
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
+    """Runs (or resumes) training until `config.steps`, `max_minutes` or a signal; checkpoints,
+    exports the final policy to `RUN/policy/` and returns a summary."""
+    import tensorflow as tf
+    from tqdm import tqdm
+
+    from regal.policy import Policy
+    from regal.sim import DeviceSpec
+
+    run, config = _prepare_run(config, resume)
+    train_set, val_set = graph_source(config.train), graph_source(config.val)
+    cache = BaselineCache(run / BASELINES_FILE)
+    policy = Policy(**config.policy_kwargs())
+    learner = Learner(policy, config.learning_rate, config.entropy_coef, config.clip_norm)
+    rng = np.random.default_rng(config.seed)
+    step, wall_before = 0, 0.0
+    if resume:
+        meta, weights, opt_state = _read_checkpoint(run)
+        policy.net.set_weights(weights)
+        learner.set_state(opt_state)
+        rng.bit_generator.state = meta["rng"]
+        step, wall_before = int(meta["step"]), float(meta["wall_time"])
+    _trim_history(run / HISTORY_FILE, step)
+
+    own_actors = actors is None
+    actors = actors or make_actors(config.workers, config.ray)
+    writer = tf.summary.create_file_writer(str(run / "tb"))
+    start = time.perf_counter()
+    last_save = start
+    stopped = "steps"
+    last_val = None
+    bar = tqdm(total=config.steps, initial=min(step, config.steps), unit="step", desc="train",
+               disable=not config.progress)
+    try:
+        with _StopFlag() as stop, open(run / HISTORY_FILE, "a") as history:
+            while step < config.steps:
+                elapsed = wall_before + time.perf_counter() - start
+                if stop.raised:
+                    stopped = "signal"
+                    break
+                if config.max_minutes is not None and elapsed >= 60 * config.max_minutes:
+                    stopped = "time"
+                    break
+                # -- act: sample graphs, devices and K actions each (all from the loop's rng)
+                picks = rng.integers(train_set.count, size=config.graphs_per_step)
+                devs = rng.choice(np.asarray(config.devices), size=config.graphs_per_step)
+                episodes, jobs = [], []
+                for index, d in zip(picks, devs):
+                    graph, d = train_set[int(index)], int(d)
+                    features = policy.features(graph, DeviceSpec(d))
+                    actions = [policy.act(features, mode="sample", rng=rng)
+                               for _ in range(config.samples)]
+                    episodes.append(Episode(features, [a.indices for a in actions], None))
+                    jobs += [(graph, d, k, a.brkga_params(), config.budget, config.objective,
+                              config.population_size) for k, a in enumerate(actions)]
+                rewards = np.asarray(rollout_rewards(actors, cache, jobs)).reshape(
+                    config.graphs_per_step, config.samples)
+                for episode, r in zip(episodes, rewards):
+                    episode.rewards = r
+                # -- learn
+                stats = learner.update(episodes)
+                step += 1
+                record = {"step": step, "reward": float(rewards.mean()),
+                          "rewards": rewards.round(6).tolist(),
+                          "graphs": [int(i) for i in picks], "devices": [int(d) for d in devs],
+                          **stats}
+                if config.val_every and step % config.val_every == 0:
+                    last_val = _validate(policy, val_set, config, actors, cache)
+                    record["val_improvement"] = last_val
+                record["wall_time"] = wall_before + time.perf_counter() - start
+                history.write(json.dumps(record) + "\n")
+                history.flush()
+                with writer.as_default(step=step):
+                    _scalar("reward/mean", record["reward"])
+                    _scalar("policy/entropy_per_op", stats["entropy_per_op"])
+                    _scalar("policy/grad_norm", stats["grad_norm"])
+                    _scalar("loss/total", stats["loss"])
+                    if "val_improvement" in record:
+                        _scalar("val/improvement", record["val_improvement"])
+                bar.update(1)
+                bar.set_postfix(reward=f"{record['reward']:+.4f}",
+                                val="-" if last_val is None else f"{last_val:+.4f}",
+                                refresh=False)
+                if time.perf_counter() - last_save >= 60 * config.checkpoint_minutes:
+                    save_checkpoint(run, policy, learner, rng, step,
+                                    wall_before + time.perf_counter() - start, cache)
+                    last_save = time.perf_counter()
+            wall = wall_before + time.perf_counter() - start
+            save_checkpoint(run, policy, learner, rng, step, wall, cache)
+            policy.save(run / "policy")
+    finally:
+        bar.close()
+        writer.close()
+        if own_actors:
+            actors.close()
+    return {"run": str(run), "step": step, "stopped": stopped, "wall_time": wall,
+            "val_improvement": last_val, "policy": str(run / "policy")}
