@@ -168,18 +168,22 @@ def simulate(graph, devices: DeviceSpec, placement, priority, transfer_priority)
 def trace(graph, devices: DeviceSpec, placement, priority, transfer_priority) -> Trace:
     """`simulate` with the schedule and memory curves recorded (same kernel, same numbers)."""
     result, dev, work = _run_one(graph, devices, placement, priority, transfer_priority, True)
-    counters = work[33]
+    counters = work[kernel.W_COUNTERS]
     m = int(counters[kernel._TRANSFERS])
     points = int(counters[kernel._MEM_EVENTS])
-    tensor = work[8][:m].copy()
-    mem_t, mem_d, mem_v = work[30][:points], work[31][:points], work[32][:points]
+    tensor = work[kernel.W_TR_TENSOR][:m].copy()
+    t = graph.num_tensors
+    mem_t = work[kernel.W_MEM_T][:points]
+    mem_d = work[kernel.W_MEM_D][:points]
+    mem_v = work[kernel.W_MEM_V][:points]
     memory = tuple((mem_t[mem_d == k].copy(), mem_v[mem_d == k].copy())
                    for k in range(devices.count))
-    return Trace(result=result, op_device=dev, op_start=work[26].copy(), op_end=work[27].copy(),
-                 transfer_tensor=tensor,
+    return Trace(result=result, op_device=dev, op_start=work[kernel.W_OP_START].copy(),
+                 op_end=work[kernel.W_OP_END].copy(), transfer_tensor=tensor,
                  transfer_src=dev[graph.tensor_producer[tensor]].astype(np.int32),
-                 transfer_dst=work[9][:m].copy(), transfer_start=work[28][:m].copy(),
-                 transfer_end=work[29][:m].copy(), memory=memory)
+                 transfer_dst=work[kernel.W_COPY_DEV][t:t + m].copy(),
+                 transfer_start=work[kernel.W_TR_START][:m].copy(),
+                 transfer_end=work[kernel.W_TR_END][:m].copy(), memory=memory)
 
 
 def evaluate(graph, devices: DeviceSpec, keys, objective: str = "peak_memory",
