@@ -15,7 +15,7 @@ demo: $(STAMP)
 	$(VENV)/bin/regal data info data/real/resnet50_infer_b1.npz
 	mkdir -p out
 	$(VENV)/bin/regal optimize data/real/resnet50_infer_b1.npz --devices 4 --budget 5000 \
-		--out out/demo_solution.json --plot out/demo.png
+		--method regal --out out/demo_solution.json --plot out/demo.png
 
 test: $(STAMP)
 	$(PY) -m pytest -q

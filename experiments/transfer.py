@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -35,6 +34,8 @@ sys.path.insert(0, str(REPO))
 
 from regal import harness, optimizers, report, synth  # noqa: E402
 from regal.io import load_graph  # noqa: E402
+from regal.regal_method import (policy_content_hash, portable_policy_dir,  # noqa: E402
+                                resolve_policy_dir)
 
 TRAIN_MAX_OPS = synth.RECIPES["train"].max_ops  # largest training graph
 ABLATIONS = [  # (label, learn, learn_elite_bias)
@@ -201,44 +202,80 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small subsets, < 15 min")
     parser.add_argument("--out", default=None, help="results folder")
-    parser.add_argument("--policy", default=str(REPO / "data" / "policy"), help="policy folder")
+    parser.add_argument("--policy", default="data/policy",
+                        help="policy folder (relative: to the repository root, else the cwd)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--test-graphs", type=int, help="override the synthetic test count")
+    parser.add_argument("--real-graphs", type=int, help="override the real-graph count "
+                        "(smallest first; 0 = none)")
+    parser.add_argument("--large-graphs", type=int, help="override the 10x-larger count")
+    parser.add_argument("--seeds", type=int, help="override the seeds per graph")
+    parser.add_argument("--methods", help="comma-separated baselines for Table 1 (default: "
+                        "every registered method; BRKGA-5K is always run)")
+    parser.add_argument("--ablation", choices=("auto", "inference", "skip"), default="auto",
+                        help="Table 3: auto = inference-time with --quick, trained variants "
+                        "otherwise; inference = switch heads off on one set of weights")
     args = parser.parse_args(argv)
-    cfg = QUICK if args.quick else FULL
+    cfg = dict(QUICK if args.quick else FULL)
+    for key in ("test_graphs", "real_graphs", "large_graphs", "seeds"):
+        if getattr(args, key) is not None:
+            cfg[key] = getattr(args, key)
     out = Path(args.out or REPO / "experiments" / "results" /
                ("transfer_quick" if args.quick else "transfer"))
     graphs_dir = REPO / "runs" / "transfer_graphs"  # regenerable, git-ignored
     start = time.perf_counter()
-    policy_dir = str(Path(args.policy).resolve())
+    # records name the policy by its path relative to the repo (a clone elsewhere resumes
+    # them) and by its content hash (a replaced policy never reuses the old one's records)
+    policy_dir = portable_policy_dir(args.policy)
+    policy_hash = policy_content_hash(policy_dir)
 
-    test = synth_split(synth.recipe_named("test", cfg["test_graphs"]), graphs_dir / "synth_test")
-    real = real_subset(cfg["real_graphs"], graphs_dir / "real")
+    # one folder per size: a folder holds exactly the graphs of this run (the harness reads
+    # every graph file in it)
+    test = synth_split(synth.recipe_named("test", cfg["test_graphs"]),
+                       graphs_dir / f"synth_test_{cfg['test_graphs']}")
+    real = real_subset(cfg["real_graphs"], graphs_dir / f"real_{cfg['real_graphs'] or 'all'}")
+    datasets = {"synth_test": test, "real": real} if cfg["real_graphs"] != 0 else \
+        {"synth_test": test}
     large_recipe = synth.custom_recipe(cfg["large_graphs"], *cfg["large_ops"], seed=20240610,
                                        family="random", name="large")
-    large = synth_split(large_recipe, graphs_dir / "large")
+    large = synth_split(large_recipe, graphs_dir / f"large_{cfg['large_graphs']}")
     assert large_recipe.min_ops >= 10 * TRAIN_MAX_OPS
 
     methods = [m for m in optimizers.available_methods() if m != "regal"]
+    if args.methods:
+        wanted = {m.strip() for m in args.methods.split(",") if m.strip()} | {"brkga"}
+        unknown = wanted - set(methods)
+        if unknown:
+            raise SystemExit(f"--methods: unknown method(s) {sorted(unknown)}; "
+                             f"available: {', '.join(methods)}")
+        methods = [m for m in methods if m in wanted]
     common = dict(seeds=cfg["seeds"], budgets=5000, workers=args.workers, progress=True)
-    regal_opts = {"policy_dir": policy_dir}
+    regal_opts = {"policy_dir": policy_dir, "policy_hash": policy_hash}
 
     # Table 1: every method, synthetic test split and real graphs
-    harness.run_experiment(methods + ["regal"], {"synth_test": test, "real": real}, out,
+    harness.run_experiment(methods + ["regal"], datasets, out,
                            devices=list(cfg["devices"]),
-                           method_options={"regal": regal_opts,
-                                           "cpsat": {"time_limit": cfg["cpsat_time"]}}, **common)
+                           method_options={"regal": regal_opts, **(
+                               {"cpsat": {"time_limit": cfg["cpsat_time"]}}
+                               if "cpsat" in methods else {})}, **common)
     # Table 3: ablations on the synthetic test split
-    if args.quick:
+    ablation = args.ablation if args.ablation != "auto" else \
+        ("inference" if args.quick else "train")
+    if ablation == "skip":
+        variants, ablation_note = {}, "Skipped (--ablation skip)."
+    elif ablation == "inference":
         # "both + elite bias" is the shipped policy as is: its Table 1 records are reused
         variants = {label: regal_opts if (learn, elite) == ("both", True)
                     else dict(regal_opts, learn=learn, learn_elite_bias=elite)
                     for label, learn, elite in ABLATIONS}
-        ablation_note = ("Quick run: one set of weights (the shipped policy, trained with every "
-                         "head); a switched-off head is reset to plain BRKGA's choice (uniform "
-                         "Beta / elite bias 0.7) at inference. The full run trains each variant.")
+        ablation_note = ("Inference-time ablation: one set of weights (the shipped policy, "
+                         "trained with every head); a switched-off head is reset to plain "
+                         "BRKGA's choice (uniform Beta / elite bias 0.7) at inference. The full "
+                         "run trains each variant.")
     else:
-        dirs = train_ablation_policies(out, Path(policy_dir))
-        variants = {label: {"policy_dir": d} for label, d in dirs.items()}
+        dirs = train_ablation_policies(out, resolve_policy_dir(policy_dir))
+        variants = {label: {"policy_dir": portable_policy_dir(d),
+                            "policy_hash": policy_content_hash(d)} for label, d in dirs.items()}
         ablation_note = "Full run: each variant trained separately with the shipped settings."
     for options in variants.values():
         harness.run_experiment(["regal"], {"synth_test": test}, out, devices=list(cfg["devices"]),
@@ -249,8 +286,7 @@ def main(argv=None) -> int:
                            method_options={"regal": regal_opts}, **common)
 
     # only the graphs as they are now (a rebuilt data/real/ leaves records of old versions)
-    current = {e.fingerprint for e in harness.find_graphs({"synth_test": test, "real": real,
-                                                           "large": large})}
+    current = {e.fingerprint for e in harness.find_graphs({**datasets, "large": large})}
     records = [r for r in harness.load_records(out) if r["fingerprint"] in current]
     options_label = {json.dumps(o, sort_keys=True): label for label, o in variants.items()}
     regal_key = json.dumps(regal_opts, sort_keys=True)
@@ -269,15 +305,19 @@ def main(argv=None) -> int:
     gen = [r for r in metric_rows(records, {"large"}, cfg["large_devices"], table1_label)
            if r["label"]]
 
+    biggest = sorted(real.glob("*.npz")) if "real" in datasets else sorted(test.glob("*.npz"))
     timing_rows = timing([next(iter(sorted(test.glob("*.npz")))),
-                          max(sorted(real.glob("*.npz")), key=lambda p: load_graph(p).num_nodes)],
-                         policy_dir)
-    policy_meta = json.loads((Path(policy_dir) / "config.json").read_text())
-    shown = os.path.relpath(policy_dir, REPO) if policy_dir.startswith(str(REPO)) else policy_dir
-    header = (f"Policy: {shown} (hidden {policy_meta['hidden']}, {policy_meta['num_layers']} "
+                          max(biggest, key=lambda p: load_graph(p).num_nodes)], policy_dir)
+    policy_meta = json.loads((resolve_policy_dir(policy_dir) / "config.json").read_text())
+    header = (f"Policy: {policy_dir} (content hash {policy_hash}, hidden "
+              f"{policy_meta['hidden']}, {policy_meta['num_layers']} "
               f"layers); every method at 5,000 performance-model evaluations, "
-              f"{cfg['seeds']} seed(s) per graph; cpsat time limit {cfg['cpsat_time']} s. "
-              f"Run {'--quick' if args.quick else 'full'}. Improvement = mean over graphs of "
+              f"{cfg['seeds']} seed(s) per graph"
+              + (f"; cpsat time limit {cfg['cpsat_time']} s" if "cpsat" in methods else "")
+              + f". Run {'--quick' if args.quick else 'full'}: {cfg['test_graphs']} synthetic "
+              f"test graphs, {cfg['real_graphs'] if cfg['real_graphs'] is not None else 'all'} "
+              f"real graphs, {cfg['large_graphs']} large graphs; baselines: "
+              f"{', '.join(methods)}. Improvement = mean over graphs of "
               f"(BRKGA-5K - method) / BRKGA-5K; p = two-sided Wilcoxon signed-rank test on the "
               f"per-graph objectives vs BRKGA-5K; gap from best uses the best objective any "
               f"record in this folder reached on the graph; headroom = improvement / best-known "
@@ -290,8 +330,12 @@ def main(argv=None) -> int:
         gen, f"Generalisation to graphs >= 10x larger than training "
         f"({large_recipe.min_ops}-{large_recipe.max_ops} ops vs <= {TRAIN_MAX_OPS})", header) + "\n")
     lines = ["## Policy time vs BRKGA time at 5K evaluations (2 devices)", "",
-             f"Policy load (TF import + weights) {timing_rows[0]['load_s']:.1f} s once per "
-             "process; the first call also traces the network.", "",
+             (f"Policy load (TF import + weights) {timing_rows[0]['load_s']:.1f} s once per "
+              "process." if timing_rows[0]["load_s"] > 0.1 else "Policy already loaded in this "
+              "process (the harness ran in it).")
+             + " A first call on a graph below 2,000 ops runs the network eagerly (no "
+             "tf.function tracing, ~1 s saved); later calls and larger graphs use the traced "
+             "function.", "",
              "| graph | ops | call | policy (s) | BRKGA (s) | policy / BRKGA |",
              "| --- | ---: | --- | ---: | ---: | ---: |"]
     lines += [f"| {r['graph']} | {r['ops']} | {r['call']} | {r['policy_s']:.3f} | "

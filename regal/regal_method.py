@@ -10,6 +10,7 @@ import and load once; `Solution.extra` records the load, policy and BRKGA times 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -19,11 +20,12 @@ import numpy as np
 
 from regal.optimizers import Problem, Solution, solve_brkga
 
-__all__ = ["DEFAULT_POLICY_DIR", "default_policy_dir", "load_policy", "solve_regal",
-           "ablated_action"]
+__all__ = ["DEFAULT_POLICY_DIR", "REPO_ROOT", "default_policy_dir", "resolve_policy_dir",
+           "portable_policy_dir", "policy_content_hash", "load_policy", "solve_regal", "ablated_action"]
 
-# data/policy/ of the source tree this package lives in (editable install or a clone)
-DEFAULT_POLICY_DIR = Path(__file__).resolve().parent.parent / "data" / "policy"
+# the source tree this package lives in (editable install or a clone) and its data/policy/
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_POLICY_DIR = REPO_ROOT / "data" / "policy"
 _LOADED: dict[str, object] = {}
 
 
@@ -32,9 +34,43 @@ def default_policy_dir() -> Path:
     return Path(os.environ.get("REGAL_POLICY_DIR") or DEFAULT_POLICY_DIR)
 
 
+def resolve_policy_dir(policy_dir=None) -> Path:
+    """`policy_dir` as a path to read: a relative path that exists under the repository root
+    is taken from there (records store it so, see `portable_policy_dir`), else from the cwd."""
+    if policy_dir is None:
+        return default_policy_dir()
+    path = Path(policy_dir)
+    if not path.is_absolute() and (REPO_ROOT / path).exists():
+        return REPO_ROOT / path
+    return path
+
+
+def portable_policy_dir(policy_dir) -> str:
+    """`policy_dir` relative to the repository root when it lies inside it (so that records
+    written in one clone resume in another), else absolute."""
+    path = resolve_policy_dir(policy_dir).resolve()
+    try:
+        return path.relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def policy_content_hash(policy_dir=None) -> str:
+    """Content hash of a stored policy (config + weight arrays, not file bytes), 16 hex
+    digits: records carry it so that results of a replaced policy are never reused."""
+    path = resolve_policy_dir(policy_dir)
+    digest = hashlib.sha256((path / "config.json").read_bytes())
+    with np.load(path / "weights.npz") as stored:
+        for key in sorted(stored.files):
+            array = np.ascontiguousarray(stored[key])
+            digest.update(f"{key}{array.dtype.str}{array.shape}".encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()[:16]
+
+
 def load_policy(policy_dir=None):
     """The policy stored in `policy_dir` (default: the shipped one), loaded once per process."""
-    path = Path(policy_dir) if policy_dir is not None else default_policy_dir()
+    path = resolve_policy_dir(policy_dir)
     key = str(path.resolve())
     if key not in _LOADED:
         if not (path / "config.json").exists():
@@ -67,18 +103,27 @@ def ablated_action(policy, action, learn=None, learn_elite_bias=None):
 
 
 def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, policy=None,
-                mode: str = "greedy", learn=None, learn_elite_bias=None,
+                policy_hash: str | None = None, mode: str = "greedy", learn=None,
+                learn_elite_bias=None,
                 progress: Callable[[int, float], None] | None = None, **brkga_options) -> Solution:
     """REGAL: the policy's per-gene alpha/beta/elite_bias, then BRKGA at `budget` with `seed`.
 
-    `policy` (a loaded Policy) wins over `policy_dir`. `mode="sample"` draws the action with
+    `policy` (a loaded Policy) wins over `policy_dir`; a relative `policy_dir` is looked up
+    under the repository root first. `policy_hash`, when given, must match the stored
+    policy's content (`policy_content_hash`): a record made with other weights is never
+    reproduced silently with the current ones. `mode="sample"` draws the action with
     `seed` instead of taking each head's most likely entry. `learn`/`learn_elite_bias`
     switch heads off at inference (ablations with one set of weights).
     """
     start = time.perf_counter()
     source = "object"
     if policy is None:
-        source = str(Path(policy_dir) if policy_dir is not None else default_policy_dir())
+        source = str(resolve_policy_dir(policy_dir))
+        if policy_hash is not None:
+            stored = policy_content_hash(policy_dir)
+            if stored != policy_hash:
+                raise ValueError(f"policy_hash: {source} holds a policy with content hash "
+                                 f"{stored}, not {policy_hash}")
         policy = load_policy(policy_dir)
     loaded = time.perf_counter()
     action = policy.act(problem.graph, problem.devices, mode=mode, seed=seed)

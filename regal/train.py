@@ -50,7 +50,8 @@ from regal.graph import ComputationGraph  # noqa: E402
 
 __all__ = ["TrainConfig", "RolloutTask", "run_rollout", "GraphSource", "graph_source",
            "make_actors", "InlineActors", "PoolActors", "RayActors", "BaselineCache",
-           "Episode", "Learner", "advantages", "train", "load_checkpoint_policy"]
+           "Episode", "Learner", "advantages", "train", "load_checkpoint_policy",
+           "validation_rewards"]
 
 CHECKPOINT_FILE = "checkpoint.npz"
 BASELINES_FILE = "baselines.json"
@@ -451,17 +452,30 @@ def _trim_history(path: Path, last_step: int) -> None:
 
 def _validate(policy, val: GraphSource, config: TrainConfig, actors, cache) -> float:
     """Mean improvement of the greedy policy over uniform BRKGA on fixed val graphs and seeds."""
+    return float(np.mean(validation_rewards(
+        policy, val, range(min(config.val_graphs, val.count)), config.devices, config.val_seeds,
+        config.budget, actors, cache, config.objective, config.population_size)))
+
+
+def validation_rewards(policy, val: GraphSource, indices, devices=(2, 4), seeds: int = 2,
+                       budget: int = 1000, actors=None, cache=None, objective="peak_memory",
+                       population_size: int = 100) -> np.ndarray:
+    """Greedy policy vs uniform BRKGA, `[graph, seed]` relative improvements: graph `i` of
+    `val` on `devices[i % len(devices)]` devices with BRKGA seeds 1000.. (the measurement
+    `train` logs as val_improvement; usable to compare any two stored policies)."""
     from regal.sim import DeviceSpec
 
     jobs = []
-    for i in range(min(config.val_graphs, val.count)):
+    indices = list(indices)
+    for i in indices:
         graph = val[i]
-        d = config.devices[i % len(config.devices)]
+        d = devices[i % len(devices)]
         action = policy.act(graph, DeviceSpec(d), mode="greedy")
-        for s in range(config.val_seeds):
-            jobs.append((graph, d, 1000 + s, action.brkga_params(), config.budget,
-                         config.objective, config.population_size))
-    return float(np.mean(rollout_rewards(actors, cache, jobs)))
+        for s in range(seeds):
+            jobs.append((graph, d, 1000 + s, action.brkga_params(), budget, objective,
+                         population_size))
+    rewards = rollout_rewards(actors or InlineActors(), cache or BaselineCache(), jobs)
+    return np.asarray(rewards).reshape(len(indices), seeds)
 
 
 def _scalar(tag: str, value: float) -> None:
@@ -512,6 +526,7 @@ def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
     train_set, val_set = graph_source(config.train), graph_source(config.val)
     cache = BaselineCache(run / BASELINES_FILE)
     policy = Policy(**config.policy_kwargs())
+    policy.eager_max_ops = 0  # thousands of forward passes: trace once, always the same path
     learner = Learner(policy, config.learning_rate, config.entropy_coef, config.clip_norm)
     rng = np.random.default_rng(config.seed)
     step, wall_before = 0, 0.0

@@ -278,9 +278,15 @@ def test_same_seed_same_weights_and_one_trace():
     pw, qw, rw = p.net.get_weights(), q.net.get_weights(), r.net.get_weights()
     assert all(np.array_equal(a, b) for a, b in zip(pw, qw))
     assert not all(np.array_equal(a, b) for a, b in zip(pw, rw))
+    eager = p.logits(chain_graph(57), 2)  # small graph, nothing traced yet: runs eagerly
+    assert p._forward.experimental_get_tracing_count() == 0
+    p.eager_max_ops = 0  # the traced path: one trace serves every graph size
     for n in (10, 57, 300):
         p.logits(chain_graph(n), 2)
     assert p._forward.experimental_get_tracing_count() == 1
+    traced = p.logits(chain_graph(57), 2)
+    for h in traced:
+        np.testing.assert_allclose(eager[h], traced[h], rtol=1e-5, atol=1e-5)
 
 
 def test_features_do_not_import_tensorflow():

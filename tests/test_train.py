@@ -85,6 +85,20 @@ def test_uniform_rollout_has_zero_reward_with_common_random_numbers():
     assert list(cache.values.values()) == [expected]
 
 
+def test_validation_of_a_uniform_policy_is_zero_and_matches_plain_brkga():
+    from regal.train import graph_source, validation_rewards
+
+    val = graph_source("valid:3")
+    policy = Policy(num_layers=1, hidden=8, menus={"beta": [(1.0, 1.0)], "elite_bias": [0.7]})
+    cache = BaselineCache()
+    rewards = validation_rewards(policy, val, [1, 2], devices=(2, 3), seeds=2, budget=40,
+                                 cache=cache, population_size=10)
+    assert rewards.shape == (2, 2) and not rewards.any()
+    # graph i runs on devices[i % 2] with seeds 1000, 1001: graph 1 on 3 devices
+    expected = solve_brkga(Problem(val[1], DeviceSpec(3)), 40, 1001, population_size=10).value
+    assert cache.values[BaselineCache.key(val[1], 3, 1001, 40, "peak_memory", 10)] == expected
+
+
 def test_actor_side_does_not_import_tensorflow():
     code = (
         "import sys, numpy as np\n"
@@ -123,6 +137,28 @@ def test_uniform_only_menu_reproduces_plain_brkga_exactly():
     assert mine.extra["policy_time"] > 0 and mine.extra["brkga_time"] > 0
     via_registry = solve("regal", problem, 300, 11, policy=policy)
     assert via_registry.value == plain.value
+
+
+def test_policy_dir_is_stored_portably_and_pinned_by_content_hash(tmp_path, monkeypatch):
+    from regal import regal_method
+
+    policy = Policy(num_layers=1, hidden=8, seed=2)
+    inside = tmp_path / "repo" / "runs" / "p"
+    policy.save(inside)
+    monkeypatch.setattr(regal_method, "REPO_ROOT", tmp_path / "repo")
+    monkeypatch.chdir(tmp_path)  # a relative path is found under the repo root, not the cwd
+    assert regal_method.portable_policy_dir(inside) == "runs/p"
+    assert regal_method.portable_policy_dir(tmp_path / "elsewhere") == str(tmp_path / "elsewhere")
+    assert regal_method.resolve_policy_dir("runs/p") == tmp_path / "repo" / "runs" / "p"
+    digest = regal_method.policy_content_hash("runs/p")
+    assert digest == regal_method.policy_content_hash(inside) and len(digest) == 16
+    problem = Problem(small_graph(20), DeviceSpec(2))
+    solved = solve_regal(problem, 200, 1, policy_dir="runs/p", policy_hash=digest)
+    assert solved.value == solve_regal(problem, 200, 1, policy=policy).value
+    Policy(num_layers=1, hidden=8, seed=3).save(tmp_path / "other")
+    assert regal_method.policy_content_hash(tmp_path / "other") != digest
+    with pytest.raises(ValueError, match="policy_hash"):
+        solve_regal(problem, 200, 1, policy_dir="runs/p", policy_hash="0" * 16)
 
 
 def test_ablation_switches_heads_back_to_plain_brkga_choices():
