@@ -111,6 +111,16 @@ def _memory_unit(graph) -> int:
     return int(np.gcd.reduce(values)) if len(values) else 1
 
 
+def _memory_arrays(graph):
+    """Byte counts in the model's memory unit, plus the tensor structure both formulations read."""
+    unit = _memory_unit(graph)
+    size = np.asarray(graph.tensor_size, np.int64) // unit
+    temp = np.asarray(graph.temporary_memory, np.int64) // unit
+    pers = np.asarray(graph.persistent_memory, np.int64) // unit
+    return (unit, size, temp, pers, np.asarray(graph.tensor_producer),
+            np.asarray(graph.tensor_alias), _unique_consumers(graph))
+
+
 def _durations(problem: Problem, sequential: bool) -> tuple[np.ndarray, np.ndarray, float]:
     """Integer durations of ops and transfers (>= 1 tick) and the µs per tick."""
     graph, devices = problem.graph, problem.devices
@@ -138,13 +148,7 @@ def build_model(problem: Problem) -> CpModelHandles:
     n, d, num_t = graph.num_nodes, devices.count, graph.num_tensors
     sequential = problem.objective == "peak_memory"
     op_dur, tr_dur, tick = _durations(problem, sequential)
-    unit = _memory_unit(graph)
-    size = np.asarray(graph.tensor_size, np.int64) // unit
-    temp = np.asarray(graph.temporary_memory, np.int64) // unit
-    pers = np.asarray(graph.persistent_memory, np.int64) // unit
-    producer = np.asarray(graph.tensor_producer)
-    alias = np.asarray(graph.tensor_alias)
-    consumers = _unique_consumers(graph)
+    unit, size, temp, pers, producer, alias, consumers = _memory_arrays(graph)
     horizon = int(op_dur.sum() + (d - 1) * tr_dur.sum())
 
     m = cp_model.CpModel()
@@ -364,13 +368,7 @@ def build_sequence_model(problem: Problem) -> CpModelHandles:
     """
     graph, devices = problem.graph, problem.devices
     n, d, num_t = graph.num_nodes, devices.count, graph.num_tensors
-    unit = _memory_unit(graph)
-    size = np.asarray(graph.tensor_size, np.int64) // unit
-    temp = np.asarray(graph.temporary_memory, np.int64) // unit
-    pers = np.asarray(graph.persistent_memory, np.int64) // unit
-    producer = np.asarray(graph.tensor_producer)
-    alias = np.asarray(graph.tensor_alias)
-    consumers = _unique_consumers(graph)
+    unit, size, temp, pers, producer, alias, consumers = _memory_arrays(graph)
     reach = _reachability(graph)
     children: list[list[int]] = [[] for _ in range(num_t)]
     for t2 in range(num_t):

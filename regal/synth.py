@@ -284,15 +284,20 @@ def layered_cnn(num_ops: int, rng) -> ComputationGraph:
             x = relu(bn(y, c))
         h = h2
 
-    def head(x):
-        p = net.one("Mean", [x], [batch * c * _F32], flops=net.size_of(x) / _F32)
-        p = net.one("Reshape", [p], [batch * c * _F32], alias_port=0)
-        logits = net.one("MatMul", [p], [batch * classes * _F32], flops=2.0 * batch * c * classes,
-                         persistent=c * classes * _F32)
-        net.one("Softmax", [logits], [batch * classes * _F32], flops=5 * batch * classes)
+    def head(x):  # reads the final channel count `c`
+        _pooled_classifier(net, x, "Mean", batch, c, classes)
 
     _fill_and_finish(net, x, n, _CNN_HEAD, head)
     return net.build()
+
+
+def _pooled_classifier(net, x, pool_op: str, batch: int, channels: int, classes: int) -> None:
+    """Global pool, flatten (an alias), dense layer with its weights, softmax: 4 ops."""
+    p = net.one(pool_op, [x], [batch * channels * _F32], flops=net.size_of(x) / _F32)
+    p = net.one("Reshape", [p], [batch * channels * _F32], alias_port=0)
+    logits = net.one("MatMul", [p], [batch * classes * _F32],
+                     flops=2.0 * batch * channels * classes, persistent=channels * classes * _F32)
+    net.one("Softmax", [logits], [batch * classes * _F32], flops=5 * batch * classes)
 
 
 # -- Inception -------------------------------------------------------------------
@@ -373,12 +378,8 @@ def inception_like(num_ops: int, rng) -> ComputationGraph:
                         persistent=width * classes * _F32)
             net.one("Softmax", [a], [batch * classes * _F32], flops=5 * batch * classes)
 
-    def head(x):
-        p = net.one("AvgPool", [x], [batch * c * _F32], flops=net.size_of(x) / _F32)
-        p = net.one("Reshape", [p], [batch * c * _F32], alias_port=0)
-        logits = net.one("MatMul", [p], [batch * classes * _F32], flops=2.0 * batch * c * classes,
-                         persistent=c * classes * _F32)
-        net.one("Softmax", [logits], [batch * classes * _F32], flops=5 * batch * classes)
+    def head(x):  # reads the final channel count `c`
+        _pooled_classifier(net, x, "AvgPool", batch, c, classes)
 
     _fill_and_finish(net, x, n, _INC_HEAD, head)
     return net.build()
