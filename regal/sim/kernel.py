@@ -6,17 +6,27 @@ O((n + e + transfers) log n + n d) time using per-thread work arrays that are al
 individual. Everything is `cache=True`, so a second process loads machine code from disk.
 
 Per individual:
-  * device heaps of ready ops, keyed (priority desc, op id asc), pooled in one [n] array;
-  * channel heaps of ready transfers, keyed (transfer priority desc, tensor id asc), pooled
-    in one [e] array (e = distinct (tensor, consumer) pairs bounds the transfer count), with
-    O(d^2) offsets only -- never an [n, d^2] array;
+  * per device, its ready ops, ordered by (priority desc, op id asc): an unsorted list while
+    at most _LIST_MAX are queued (usually ~5), a heap beyond that; pooled in one [n] array;
+  * channel heaps of ready transfers, keyed (transfer priority desc, tensor id asc); channel
+    (p, q) holds at most the tensors produced on p, so they are pooled in one [d * t] array
+    with O(d^2) offsets only -- never an [n, d^2] array;
+  * transfers are made when their tensor's producer finishes, in the same pass over its
+    consumers that counts down the local ones (no per-individual pass over all edges); a
+    transfer is named by the consumer-CSR slot of its first consumer on the destination, so
+    ids follow tensor order (the tie-break) and its copy's bytes are static;
   * an event heap of running ops and transfers (at most d + d(d-1) = d^2 entries);
   * one reference count per tensor *copy*: copies 0..t-1 are the producer-side copies,
     copies t + r the destination copies of transfer r. Each copy knows its device, its bytes
     and the copy it holds alive (an alias's home copy holds its source's copy there), so
-    every free, with its alias cascade, is one short loop without case analysis.
+    every free, with its alias cascade, is one short loop without case analysis. Count,
+    device and hold sit side by side in `copy_state` (one cache line per release).
 
-Speed notes (measured with CPU time, one thread, vs the first version: 1.3x at every n, d):
+Speed notes (measured with CPU time, one thread, vs the first version: 1.3x at every n, d;
+making transfers lazily cut the per-individual setup from ~12 to ~2 µs at n=500, d=2, a
+further 1.1-1.2x; a branch-free first free, interleaved copy state and short unsorted ready
+lists ~5% more; tried without a measurable gain: a scan over running resources instead of
+the event heap, packing per-op/per-edge arrays, no branch on a consumer's device):
 the loop is bound by instructions and data-dependent branches, not memory (n=500 fits in
 L1/L2). So every array index goes through `_u` (unsigned: no negative-index wraparound code,
 -13%), frees are one loop over copies, a consumer's wait count drops by `dev[w] == k`
@@ -53,7 +63,7 @@ def prepare(graph, devices) -> tuple:
     consumer = np.ascontiguousarray(graph.consumer, dtype=I32)
 
     # Distinct inputs of each op, with the position of that (tensor, op) pair in the
-    # consumer CSR, so the setup can tell each input slot which copy it reads.
+    # consumer CSR, so a producer can tell each input slot which copy it reads.
     edge_tensor = np.repeat(np.arange(t, dtype=I32), np.diff(consumer_ptr))
     by_consumer = np.argsort(consumer, kind="stable")
     unique_input = edge_tensor[by_consumer].astype(I32)
@@ -72,13 +82,23 @@ def prepare(graph, devices) -> tuple:
     np.cumsum(np.bincount(control_src, minlength=n), out=control_succ_ptr[1:])
 
     wait0 = (num_unique_inputs + np.diff(graph.control_ptr)).astype(I32)
+    roots = np.flatnonzero(wait0 == 0).astype(I32)
 
     producer_bytes = np.where(alias >= 0, 0, size).astype(np.int64)  # an alias costs 0 at home
     output_bytes = np.zeros(n, dtype=np.int64)
     np.add.at(output_bytes, producer, producer_bytes)
     # A tensor nobody reads is never freed: one extra reference nobody releases.
     forever = (np.diff(consumer_ptr) == 0).astype(I32)
-    alias_list = np.flatnonzero(alias >= 0).astype(I32)
+    # alias_slot[T2]: the input slot of T2's producer that reads the aliased tensor (or -1)
+    alias_slot = np.full(t, -1, dtype=I32)
+    for T2 in np.flatnonzero(alias >= 0):
+        v = producer[T2]
+        lo, hi = unique_input_ptr[v], unique_input_ptr[v + 1]
+        slot = np.flatnonzero(unique_input[lo:hi] == alias[T2])
+        if len(slot) == 0:
+            raise ValueError(f"tensor {T2}: aliases tensor {alias[T2]}, not an input of op {v}")
+        alias_slot[T2] = lo + slot[0]
+    num_outputs = np.diff(graph.output_ptr).astype(I32)
     transfer_time = devices.transfer_time(size)
 
     return (
@@ -91,7 +111,8 @@ def prepare(graph, devices) -> tuple:
         np.ascontiguousarray(graph.output_ptr, dtype=I32),
         consumer_ptr, consumer,
         unique_input_ptr, unique_input, edge_position,
-        control_succ_ptr, control_succ, wait0, alias_list,
+        control_succ_ptr, control_succ, wait0, alias_slot,
+        edge_tensor, roots, num_outputs,
     )
 
 
@@ -99,48 +120,54 @@ def prepare(graph, devices) -> tuple:
 def _alloc_work(S, d, trace):
     """Every array one simulation needs; `trace` sizes the recording arrays (else empty).
 
-    The parts of the copy arrays that never change between individuals (bytes and holds of
-    producer-side copies of non-alias tensors) are filled here, once.
+    The parts of the copy arrays that never change between individuals (bytes of every copy,
+    holds of non-alias copies) are filled here, once. A transfer is named by the consumer-CSR
+    slot of the first consumer of its tensor on its destination (so ids follow tensor order);
+    its destination copy is copy t + that slot.
     """
     producer_bytes = S[5]
+    size = S[6]
+    edge_tensor = S[20]
     n = S[0].shape[0]
     t = S[4].shape[0]
     e = S[12].shape[0]
     dd = d * d
     rec_n = n if trace else 0
     rec_e = e if trace else 0
+    rec_c = (t + e) if trace else 0
     rec_m = (d + 2 * n + t + 2 * e) if trace else 0
     copy_bytes = np.empty(t + e, np.int64)
-    copy_hold = np.empty(t + e, np.int32)
+    copy_state = np.empty(3 * (t + e), np.int32)
     for T in range(t):
         copy_bytes[T] = producer_bytes[T]
-        copy_hold[T] = -1
+        copy_state[3 * T + 2] = -1
     for r in range(e):
-        copy_hold[t + r] = -1
+        copy_bytes[t + r] = size[edge_tensor[r]]
+        copy_state[3 * (t + r) + 2] = -1
     return (
         np.empty(n, np.int32),          # 0 wait: unmet inputs + control preds per op
-        np.empty(n, np.int32),          # 1 op_heap: pooled device heaps
+        np.empty(n, np.int32),          # 1 op_heap: pooled device ready lists or heaps
         np.empty(n, np.float64),        # 2 op_heap_key
         np.empty(d + 1, np.int32),      # 3 dev_off
         np.empty(d, np.int32),          # 4 dev_size
         np.empty(d, np.bool_),          # 5 dev_busy
-        np.empty(d, np.int32),          # 6 mark_tr: last transfer made to device k
-        np.empty(t + 1, np.int32),      # 7 tr_ptr: transfers of tensor T
-        np.empty(e, np.int32),          # 8 tr_tensor
-        np.empty(t + e, np.int32),      # 9 copy_dev
+        np.empty(d, np.int32),          # 6 mark_t: tensor whose transfers were last made
+        np.empty(d, np.int32),          # 7 mark_tr: its transfer to device k
+        np.empty(rec_e, np.int32),      # 8 tr_tensor (trace: compacted at the end)
+        np.empty(rec_c, np.int32),      # 9 trace: transfer destinations at t..
         copy_bytes,                     # 10 copy_bytes
-        copy_hold,                      # 11 copy_hold: copy kept alive by this one, or -1
-        np.empty(t + e, np.int32),      # 12 copy_pending: references left
+        copy_state,                     # 11 per copy: references left, device, copy it holds
+        np.empty(0, np.int32),          # 12 (unused)
         np.empty(e, np.int32),          # 13 uin_copy: copy an op's input slot reads
         np.empty(dd + 1, np.int32),     # 14 chan_off
         np.empty(dd, np.int32),         # 15 chan_size
-        np.empty(e, np.int32),          # 16 chan_heap: pooled channel heaps
-        np.empty(e, np.float64),        # 17 chan_heap_key
+        np.empty(d * t, np.int32),      # 16 chan_heap: pooled channel heaps
+        np.empty(d * t, np.float64),    # 17 chan_heap_key
         np.empty(dd, np.bool_),         # 18 chan_busy
         np.empty(dd, np.int32),         # 19 dirty_chan list
         np.empty(rec_n, np.float64),    # 20 op_start
         np.empty(rec_n, np.float64),    # 21 op_end
-        np.empty(rec_e, np.float64),    # 22 tr_start
+        np.full(rec_e, -1.0),           # 22 tr_start (-1: no such transfer)
         np.empty(rec_e, np.float64),    # 23 tr_end
         np.empty(rec_m, np.float64),    # 24 mem_t
         np.empty(rec_m, np.int32),      # 25 mem_d
@@ -150,8 +177,9 @@ def _alloc_work(S, d, trace):
         np.empty(d, np.int64),          # 29 live
         np.empty(dd, np.float64),       # 30 ev_time
         np.empty(dd, np.int32),         # 31 ev_id (op v, or n + transfer)
-        np.empty(e, np.float64),        # 32 tr_key: transfer priority of each transfer
+        np.empty(d, np.int32),          # 32 out_count: tensors produced per device
         np.empty(d, np.int32),          # 33 dirty_dev: devices that may start an op now
+        np.empty(d, np.bool_),          # 34 dev_heap: device k's ready ops form a heap
     )
 
 
@@ -217,6 +245,60 @@ def _heap_pop(items, keys, off, size):
 
 
 @njit(cache=True, inline="always")
+def _list_pop(items, keys, off, size):
+    """Removes and returns the best of an unsorted list of `size` > 0 items."""
+    best = 0
+    bk = keys[_u(off)]
+    bi = items[_u(off)]
+    for i in range(1, size):
+        k = keys[_u(off + i)]
+        it = items[_u(off + i)]
+        better = (k > bk) | ((k == bk) & (it < bi))
+        best = i if better else best
+        bk = k if better else bk
+        bi = it if better else bi
+    last = size - 1
+    items[_u(off + best)] = items[_u(off + last)]
+    keys[_u(off + best)] = keys[_u(off + last)]
+    return bi
+
+
+@njit(cache=True, inline="always")
+def _list_push(items, keys, off, size, item, key):
+    items[_u(off + size)] = item
+    keys[_u(off + size)] = key
+
+
+# A device's ready ops are an unsorted list while few (a pop scans them without branching,
+# cheaper than a heap's unpredictable sift for the ~5 ops usually queued) and a heap once
+# more than _LIST_MAX are queued, until it empties -- so a wide graph stays O(log) per op.
+_LIST_MAX = 16
+
+
+@njit(cache=True, inline="always")
+def _ready_push(items, keys, is_heap, k, off, size, item, key):
+    """Adds `item` to device k's ready ops (`size` before the push)."""
+    if is_heap[_u(k)]:
+        _heap_push(items, keys, off, size, item, key)
+    else:
+        _list_push(items, keys, off, size, item, key)
+        if size + 1 > _LIST_MAX:
+            for i in range(1, size + 1):
+                _heap_push(items, keys, off, i, items[_u(off + i)], keys[_u(off + i)])
+            is_heap[_u(k)] = True
+
+
+@njit(cache=True, inline="always")
+def _ready_pop(items, keys, is_heap, k, off, size):
+    """Removes and returns device k's best ready op (`size` > 0 before the pop)."""
+    if is_heap[_u(k)]:
+        if size == 1:
+            is_heap[_u(k)] = False
+        return _heap_pop(items, keys, off, size)
+    return _list_pop(items, keys, off, size)
+
+
+@njit(cache=True, inline="always")
 def _event_push(ev_time, ev_id, size, time, item):
     i = size
     while i > 0:
@@ -274,18 +356,32 @@ def _record(mem_t, mem_d, mem_v, counters, k, value, now):
 
 
 @njit(cache=True, inline="always")
-def _release(c, copy_pending, copy_dev, copy_bytes, copy_hold, live,
+def _release(c, copy_state, copy_bytes, live,
              mem_t, mem_d, mem_v, counters, now):
-    """Drops one reference to copy c; at 0 frees it and drops the reference it held."""
-    while c >= 0:
-        left = copy_pending[_u(c)] - 1
-        copy_pending[_u(c)] = left
-        if left != 0:
-            return
-        k = copy_dev[_u(c)]
-        live[_u(k)] -= copy_bytes[_u(c)]
+    """Drops one reference to copy c; at 0 frees it and drops the reference it held.
+
+    Whether the count hit 0 is data-dependent and about even odds, so the first free is
+    done without a branch (subtracting bytes * freed); only the rare alias cascade branches.
+    """
+    left = copy_state[_u(3 * c)] - 1
+    copy_state[_u(3 * c)] = left
+    freed = left == 0
+    k = copy_state[_u(3 * c + 1)]
+    live[_u(k)] -= copy_bytes[_u(c)] * freed
+    if mem_t.shape[_u(0)] > 0 and freed:
         _record(mem_t, mem_d, mem_v, counters, k, live[_u(k)], now)
-        c = copy_hold[_u(c)]
+    h = copy_state[_u(3 * c + 2)]
+    if h >= 0 and freed:
+        c = h
+        while c >= 0:
+            left = copy_state[_u(3 * c)] - 1
+            copy_state[_u(3 * c)] = left
+            if left != 0:
+                return
+            k = copy_state[_u(3 * c + 1)]
+            live[_u(k)] -= copy_bytes[_u(c)]
+            _record(mem_t, mem_d, mem_v, counters, k, live[_u(k)], now)
+            c = copy_state[_u(3 * c + 2)]
 
 
 # ---------------------------------------------------------------------------
@@ -300,12 +396,12 @@ def _run(S, d, dev, prio, tprio, W, peak):
     """Simulates one individual; writes `peak` [d] and returns the makespan (-1 on a bug)."""
     (cost, temp, pers, output_bytes, producer, producer_bytes, size, alias, forever,
      transfer_time, output_ptr, consumer_ptr, consumer, uin_ptr, uin, edge_position,
-     csucc_ptr, csucc, wait0, alias_list) = S
-    wait, op_heap, op_heap_key, dev_off, dev_size, dev_busy, mark_tr = W[0:7]
-    tr_ptr, tr_tensor, copy_dev, copy_bytes, copy_hold, copy_pending, uin_copy = W[7:14]
+     csucc_ptr, csucc, wait0, alias_slot, edge_tensor, roots, num_outputs) = S
+    wait, op_heap, op_heap_key, dev_off, dev_size, dev_busy, mark_t, mark_tr = W[0:8]
+    tr_tensor, copy_dev, copy_bytes, copy_state, _, uin_copy = W[8:14]
     chan_off, chan_size, chan_heap, chan_heap_key, chan_busy, dirty_chan = W[14:20]
     op_start, op_end, tr_start, tr_end, mem_t, mem_d, mem_v, counters = W[20:28]
-    live, ev_time, ev_id, tr_key, dirty_dev = W[29], W[30], W[31], W[32], W[33]
+    live, ev_time, ev_id, out_count, dirty_dev, dev_heap = W[29:35]
     tracing = op_start.shape[_u(0)] > 0
 
     n = cost.shape[_u(0)]
@@ -314,81 +410,44 @@ def _run(S, d, dev, prio, tprio, W, peak):
     counters[_u(0)] = 0
     counters[_u(1)] = 0
 
-    # devices: heap offsets, persistent memory from t = 0
+    # devices: heap offsets, tensor counts (they bound channel queues), persistent memory
     for k in range(d + 1):
         dev_off[_u(k)] = 0
+    for k in range(d):
+        live[_u(k)] = 0
+        out_count[_u(k)] = 0
     for v in range(n):
-        dev_off[_u(dev[_u(v)] + 1)] += 1
+        k = dev[_u(v)]
+        dev_off[_u(k + 1)] += 1
+        out_count[_u(k)] += num_outputs[_u(v)]
+        live[_u(k)] += pers[_u(v)]
     for k in range(d):
         dev_off[_u(k + 1)] += dev_off[_u(k)]
         dev_size[_u(k)] = 0
         dev_busy[_u(k)] = False
-        live[_u(k)] = 0
-        mark_tr[_u(k)] = -1
-    for v in range(n):
-        live[_u(dev[_u(v)])] += pers[_u(v)]
-    for k in range(d):
+        dev_heap[_u(k)] = False
+        mark_t[_u(k)] = -1
         peak[_u(k)] = live[_u(k)]
         _record(mem_t, mem_d, mem_v, counters, k, live[_u(k)], 0.0)
-
-    # transfers: one per (tensor, remote device with a consumer), in tensor order
-    for c in range(dd + 1):
-        chan_off[_u(c)] = 0
-    ntr = 0
-    tr_ptr[_u(0)] = 0
-    for T in range(t):
-        p = dev[_u(producer[_u(T)])]
-        copy_dev[_u(T)] = p
-        first = ntr
-        local = 0
-        for j in range(consumer_ptr[_u(T)], consumer_ptr[_u(T + 1)]):
-            k = dev[_u(consumer[_u(j)])]
-            if k == p:
-                local += 1
-                uin_copy[_u(edge_position[_u(j)])] = T
-            else:
-                tr = mark_tr[_u(k)]
-                if tr < first:  # no transfer of T to k yet
-                    tr = ntr
-                    mark_tr[_u(k)] = tr
-                    tr_tensor[_u(tr)] = T
-                    tr_key[_u(tr)] = tprio[_u(producer[_u(T)])]
-                    copy_dev[_u(t + tr)] = k
-                    copy_bytes[_u(t + tr)] = size[_u(T)]
-                    copy_pending[_u(t + tr)] = 0
-                    chan_off[_u(p * d + k + 1)] += 1
-                    ntr += 1
-                copy_pending[_u(t + tr)] += 1
-                uin_copy[_u(edge_position[_u(j)])] = t + tr
-        tr_ptr[_u(T + 1)] = ntr
-        copy_pending[_u(T)] = 1 + local + (ntr - first) + forever[_u(T)]
-    counters[_TRANSFERS] = ntr
-    for c in range(dd):
-        chan_off[_u(c + 1)] += chan_off[_u(c)]
-        chan_size[_u(c)] = 0
-        chan_busy[_u(c)] = False
-
-    # alias holds: T1's copy on dev(producer of T2) lives until T2's home copy is freed
-    for i in range(alias_list.shape[_u(0)]):
-        T2 = alias_list[_u(i)]
-        T1 = alias[_u(T2)]
-        q = copy_dev[_u(T2)]
-        h = T1
-        if copy_dev[_u(T1)] != q:
-            tr = tr_ptr[_u(T1)]
-            while copy_dev[_u(t + tr)] != q:
-                tr += 1
-            h = t + tr
-        copy_pending[_u(h)] += 1
-        copy_hold[_u(T2)] = h
+    # channel (p, q) queues at most the tensors produced on p: pooled in d * t slots
+    base = 0
+    for p in range(d):
+        for q in range(d):
+            chan_off[_u(p * d + q)] = base
+            chan_size[_u(p * d + q)] = 0
+            chan_busy[_u(p * d + q)] = False
+            base += out_count[_u(p)]
+    chan_off[_u(dd)] = base
 
     # ops with nothing to wait for
     for v in range(n):
         wait[_u(v)] = wait0[_u(v)]
-        if wait0[_u(v)] == 0:
-            k = dev[_u(v)]
-            _heap_push(op_heap, op_heap_key, dev_off[_u(k)], dev_size[_u(k)], v, prio[_u(v)])
-            dev_size[_u(k)] += 1
+    for i in range(roots.shape[_u(0)]):
+        v = roots[_u(i)]
+        k = dev[_u(v)]
+        _ready_push(op_heap, op_heap_key, dev_heap, k, dev_off[_u(k)], dev_size[_u(k)], v,
+                    prio[_u(v)])
+        dev_size[_u(k)] += 1
     # a device is looked at in phase (b) only when it may start something: it became idle
     # with ops queued, or got its first queued op while idle (so never listed twice)
     n_dirty_dev = 0
@@ -406,7 +465,8 @@ def _run(S, d, dev, prio, tprio, W, peak):
         for i in range(n_dirty_dev):
             k = dirty_dev[_u(i)]
             if not dev_busy[_u(k)] and dev_size[_u(k)] > 0:
-                v = _heap_pop(op_heap, op_heap_key, dev_off[_u(k)], dev_size[_u(k)])
+                v = _ready_pop(op_heap, op_heap_key, dev_heap, k, dev_off[_u(k)],
+                               dev_size[_u(k)])
                 dev_size[_u(k)] -= 1
                 dev_busy[_u(k)] = True
                 x = live[_u(k)] + temp[_u(v)] + output_bytes[_u(v)]
@@ -423,8 +483,8 @@ def _run(S, d, dev, prio, tprio, W, peak):
                 tr = _heap_pop(chan_heap, chan_heap_key, chan_off[_u(c)], chan_size[_u(c)])
                 chan_size[_u(c)] -= 1
                 chan_busy[_u(c)] = True
-                k = copy_dev[_u(t + tr)]
-                T = tr_tensor[_u(tr)]
+                k = copy_state[_u(3 * (t + tr) + 1)]
+                T = edge_tensor[_u(tr)]
                 x = live[_u(k)] + size[_u(T)]
                 live[_u(k)] = x
                 peak[_u(k)] = max(peak[_u(k)], x)
@@ -456,55 +516,76 @@ def _run(S, d, dev, prio, tprio, W, peak):
                 live[_u(k)] -= temp[_u(v)]
                 _record(mem_t, mem_d, mem_v, counters, k, live[_u(k)], now)
                 for T in range(output_ptr[_u(v)], output_ptr[_u(v + 1)]):
-                    _release(T, copy_pending, copy_dev, copy_bytes, copy_hold, live,
-                             mem_t, mem_d, mem_v, counters, now)
-                    # consumers here lose one wait; those elsewhere wait for a transfer
+                    # consumers here lose one wait; the first consumer on each other device
+                    # makes the transfer there (named by its slot), which all of them read
+                    copy_state[_u(3 * T + 1)] = k
+                    refs = forever[_u(T)]
                     for j in range(consumer_ptr[_u(T)], consumer_ptr[_u(T + 1)]):
                         w = consumer[_u(j)]
-                        left = wait[_u(w)] - (dev[_u(w)] == k)
-                        wait[_u(w)] = left
-                        if left == 0:
-                            _heap_push(op_heap, op_heap_key, dev_off[_u(k)], dev_size[_u(k)], w,
-                                       prio[_u(w)])
-                            dev_size[_u(k)] += 1
-                            if dev_size[_u(k)] == 1 and not dev_busy[_u(k)]:
-                                dirty_dev[_u(n_dirty_dev)] = k
-                                n_dirty_dev += 1
-                    for tr in range(tr_ptr[_u(T)], tr_ptr[_u(T + 1)]):
-                        c = k * d + copy_dev[_u(t + tr)]
-                        _heap_push(chan_heap, chan_heap_key, chan_off[_u(c)], chan_size[_u(c)], tr,
-                                   tr_key[_u(tr)])
-                        chan_size[_u(c)] += 1
-                        if not chan_busy[_u(c)] and chan_size[_u(c)] == 1:
-                            dirty_chan[_u(n_dirty_chan)] = c
-                            n_dirty_chan += 1
+                        kw = dev[_u(w)]
+                        if kw == k:
+                            uin_copy[_u(edge_position[_u(j)])] = T
+                            refs += 1
+                            left = wait[_u(w)] - 1
+                            wait[_u(w)] = left
+                            if left == 0:
+                                _ready_push(op_heap, op_heap_key, dev_heap, k, dev_off[_u(k)],
+                                            dev_size[_u(k)], w, prio[_u(w)])
+                                dev_size[_u(k)] += 1
+                                if dev_size[_u(k)] == 1 and not dev_busy[_u(k)]:
+                                    dirty_dev[_u(n_dirty_dev)] = k
+                                    n_dirty_dev += 1
+                        else:
+                            if mark_t[_u(kw)] != T:
+                                mark_t[_u(kw)] = T
+                                mark_tr[_u(kw)] = j
+                                refs += 1
+                                copy_state[_u(3 * (t + j) + 1)] = kw
+                                copy_state[_u(3 * (t + j))] = 0
+                                c = k * d + kw
+                                _heap_push(chan_heap, chan_heap_key, chan_off[_u(c)],
+                                           chan_size[_u(c)], j, tprio[_u(v)])
+                                chan_size[_u(c)] += 1
+                                if not chan_busy[_u(c)] and chan_size[_u(c)] == 1:
+                                    dirty_chan[_u(n_dirty_chan)] = c
+                                    n_dirty_chan += 1
+                            r = t + mark_tr[_u(kw)]
+                            copy_state[_u(3 * r)] += 1
+                            uin_copy[_u(edge_position[_u(j)])] = r
+                    copy_state[_u(3 * T)] = refs
+                    s = alias_slot[_u(T)]
+                    if s >= 0:
+                        # the aliased input's copy here lives until this copy is freed
+                        h = uin_copy[_u(s)]
+                        copy_state[_u(3 * h)] += 1
+                        copy_state[_u(3 * T + 2)] = h
                 for j in range(csucc_ptr[_u(v)], csucc_ptr[_u(v + 1)]):
                     w = csucc[_u(j)]
                     left = wait[_u(w)] - 1
                     wait[_u(w)] = left
                     if left == 0:
                         kw = dev[_u(w)]
-                        _heap_push(op_heap, op_heap_key, dev_off[_u(kw)], dev_size[_u(kw)], w,
-                                   prio[_u(w)])
+                        _ready_push(op_heap, op_heap_key, dev_heap, kw, dev_off[_u(kw)],
+                                    dev_size[_u(kw)], w, prio[_u(w)])
                         dev_size[_u(kw)] += 1
                         if dev_size[_u(kw)] == 1 and not dev_busy[_u(kw)]:
                             dirty_dev[_u(n_dirty_dev)] = kw
                             n_dirty_dev += 1
                 for j in range(uin_ptr[_u(v)], uin_ptr[_u(v + 1)]):
-                    _release(uin_copy[_u(j)], copy_pending, copy_dev, copy_bytes, copy_hold, live,
+                    _release(uin_copy[_u(j)], copy_state, copy_bytes, live,
                              mem_t, mem_d, mem_v, counters, now)
             else:
                 tr = item - n
-                T = tr_tensor[_u(tr)]
-                k = copy_dev[_u(t + tr)]
+                T = edge_tensor[_u(tr)]
+                k = copy_state[_u(3 * (t + tr) + 1)]
                 if tracing:
                     tr_end[_u(tr)] = now
-                c = copy_dev[_u(T)] * d + k
+                c = copy_state[_u(3 * T + 1)] * d + k
                 chan_busy[_u(c)] = False
                 if chan_size[_u(c)] > 0:
                     dirty_chan[_u(n_dirty_chan)] = c
                     n_dirty_chan += 1
-                _release(T, copy_pending, copy_dev, copy_bytes, copy_hold, live,
+                _release(T, copy_state, copy_bytes, live,
                          mem_t, mem_d, mem_v, counters, now)
                 # consumers on k lose one wait; a consumer elsewhere may have none left
                 for j in range(consumer_ptr[_u(T)], consumer_ptr[_u(T + 1)]):
@@ -513,12 +594,23 @@ def _run(S, d, dev, prio, tprio, W, peak):
                     left = wait[_u(w)] - here
                     wait[_u(w)] = left
                     if here & (left == 0):
-                        _heap_push(op_heap, op_heap_key, dev_off[_u(k)], dev_size[_u(k)], w,
-                                   prio[_u(w)])
+                        _ready_push(op_heap, op_heap_key, dev_heap, k, dev_off[_u(k)],
+                                    dev_size[_u(k)], w, prio[_u(w)])
                         dev_size[_u(k)] += 1
                         if dev_size[_u(k)] == 1 and not dev_busy[_u(k)]:
                             dirty_dev[_u(n_dirty_dev)] = k
                             n_dirty_dev += 1
+    if tracing:
+        # transfers in slot order (= tensor order, then first consumer), packed to the front
+        m = 0
+        for j in range(tr_start.shape[_u(0)]):
+            if tr_start[_u(j)] >= 0.0:
+                tr_tensor[_u(m)] = edge_tensor[_u(j)]
+                copy_dev[_u(t + m)] = copy_state[_u(3 * (t + j) + 1)]
+                tr_start[_u(m)] = tr_start[_u(j)]
+                tr_end[_u(m)] = tr_end[_u(j)]
+                m += 1
+        counters[_TRANSFERS] = m
     if done != n:
         return -1.0
     return now
