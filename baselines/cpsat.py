@@ -152,17 +152,7 @@ def build_model(problem: Problem) -> CpModelHandles:
     horizon = int(op_dur.sum() + (d - 1) * tr_dur.sum())
 
     m = cp_model.CpModel()
-    # placement
-    if d == 1:
-        x = [[m.new_constant(1)] for _ in range(n)]
-    else:
-        x = [[m.new_bool_var(f"x{v}_{k}") for k in range(d)] for v in range(n)]
-        for v in range(n):
-            m.add_exactly_one(x[v])
-        if _symmetric(problem):
-            for pos, v in enumerate(graph.topo_order):
-                for k in range(pos + 1, d):
-                    m.add(x[v][k] == 0)
+    x = _placement_vars(m, problem)
 
     start = [m.new_int_var(0, horizon - int(op_dur[v]), f"s{v}") for v in range(n)]
     end = [start[v] + int(op_dur[v]) for v in range(n)]
