@@ -6,32 +6,36 @@ O((n + e + transfers) log n + n d) time using per-thread work arrays that are al
 individual. Everything is `cache=True`, so a second process loads machine code from disk.
 
 Per individual:
-  * per device, its ready ops, ordered by (priority desc, op id asc): an unsorted list while
-    at most _LIST_MAX are queued (usually ~5), a heap beyond that; pooled in one [n] array;
+  * per device, its ready ops, ordered by (priority desc, op id asc): a list kept sorted by
+    insertion (best last, so a start pops the end) while at most _LIST_MAX are queued
+    (usually ~5), a heap beyond that; pooled in one [n] array;
   * channel heaps of ready transfers, keyed (transfer priority desc, tensor id asc); channel
     (p, q) holds at most the tensors produced on p, so they are pooled in one [d * t] array
     with O(d^2) offsets only -- never an [n, d^2] array;
   * transfers are made when their tensor's producer finishes, in the same pass over its
     consumers that counts down the local ones (no per-individual pass over all edges); a
     transfer is named by the consumer-CSR slot of its first consumer on the destination, so
-    ids follow tensor order (the tie-break) and its copy's bytes are static;
-  * an event heap of running ops and transfers (at most d + d(d-1) = d^2 entries);
+    ids follow tensor order (the tie-break) and its copy's bytes are static; the other
+    consumers on that destination are linked behind it (`next_reader`), so its arrival
+    visits only its own readers;
+  * the running ops and transfers (at most d + d(d-1) = d^2, ~3 at d = 2) in an array kept
+    sorted latest-first: the next to finish is the last one;
   * one reference count per tensor *copy*: copies 0..t-1 are the producer-side copies,
     copies t + r the destination copies of transfer r. Each copy knows its device, its bytes
     and the copy it holds alive (an alias's home copy holds its source's copy there), so
     every free, with its alias cascade, is one short loop without case analysis. Count,
-    device and hold sit side by side in `copy_state` (one cache line per release).
+    device, hold and bytes sit side by side in `copy_state` (one cache line per release).
 
 Speed notes (measured with CPU time, one thread, vs the first version: 1.3x at every n, d;
 making transfers lazily cut the per-individual setup from ~12 to ~2 µs at n=500, d=2, a
 further 1.1-1.2x; a branch-free first free, interleaved copy state and short unsorted ready
-lists ~5% more; tried without a measurable gain: a scan over running resources instead of
-the event heap, packing per-op/per-edge arrays, no branch on a consumer's device):
-the loop is bound by instructions and data-dependent branches, not memory (n=500 fits in
-L1/L2). So every array index goes through `_u` (unsigned: no negative-index wraparound code,
--13%), frees are one loop over copies, a consumer's wait count drops by `dev[w] == k`
-without a branch, and a device or channel enters the phase-(b) list only when it can start
-something (became idle with work queued, or got its first item while idle), with no flags.
+lists ~5% more; then sorted ready lists, reader lists per transfer, the sorted event array
+and the bytes inside the copy record 1.14x (d=2) to 1.24x (d=8); tried without a measurable
+gain: packing per-op arrays into one record, sorted lists for channels, no branch on a
+consumer's device): the loop is bound by data-dependent branches and dependent loads. So
+every array index goes through `_u` (unsigned: no negative-index wraparound code, -13%),
+frees are one loop over copies, and a device or channel enters the phase-(b) list only when
+it can start something (became idle with work queued, or got its first item while idle).
 """
 
 from __future__ import annotations
@@ -136,14 +140,13 @@ def _alloc_work(S, d, trace):
     rec_e = e if trace else 0
     rec_c = (t + e) if trace else 0
     rec_m = (d + 2 * n + t + 2 * e) if trace else 0
-    copy_bytes = np.empty(t + e, np.int64)
-    copy_state = np.empty(3 * (t + e), np.int32)
+    copy_state = np.empty(4 * (t + e), np.int64)
     for T in range(t):
-        copy_bytes[T] = producer_bytes[T]
-        copy_state[3 * T + 2] = -1
+        copy_state[4 * T + 2] = -1
+        copy_state[4 * T + 3] = producer_bytes[T]
     for r in range(e):
-        copy_bytes[t + r] = size[edge_tensor[r]]
-        copy_state[3 * (t + r) + 2] = -1
+        copy_state[4 * (t + r) + 2] = -1
+        copy_state[4 * (t + r) + 3] = size[edge_tensor[r]]
     return (
         np.empty(n, np.int32),          # 0 wait: unmet inputs + control preds per op
         np.empty(n, np.int32),          # 1 op_heap: pooled device ready lists or heaps
@@ -155,9 +158,9 @@ def _alloc_work(S, d, trace):
         np.empty(d, np.int32),          # 7 mark_tr: its transfer to device k
         np.empty(rec_e, np.int32),      # 8 tr_tensor (trace: compacted at the end)
         np.empty(rec_c, np.int32),      # 9 trace: transfer destinations at t..
-        copy_bytes,                     # 10 copy_bytes
-        copy_state,                     # 11 per copy: references left, device, copy it holds
-        np.empty(0, np.int32),          # 12 (unused)
+        np.empty(0, np.int32),          # 10 (unused)
+        copy_state,                     # 11 per copy: references left, device, copy it holds, bytes
+        np.empty(e, np.int32),          # 12 next_reader: next slot reading the same transfer
         np.empty(e, np.int32),          # 13 uin_copy: copy an op's input slot reads
         np.empty(dd + 1, np.int32),     # 14 chan_off
         np.empty(dd, np.int32),         # 15 chan_size
@@ -180,6 +183,7 @@ def _alloc_work(S, d, trace):
         np.empty(d, np.int32),          # 32 out_count: tensors produced per device
         np.empty(d, np.int32),          # 33 dirty_dev: devices that may start an op now
         np.empty(d, np.bool_),          # 34 dev_heap: device k's ready ops form a heap
+        np.empty(d, np.int32),          # 35 mark_last: last consumer slot reading mark_tr
     )
 
 
@@ -246,27 +250,25 @@ def _heap_pop(items, keys, off, size):
 
 @njit(cache=True, inline="always")
 def _list_pop(items, keys, off, size):
-    """Removes and returns the best of an unsorted list of `size` > 0 items."""
-    best = 0
-    bk = keys[_u(off)]
-    bi = items[_u(off)]
-    for i in range(1, size):
-        k = keys[_u(off + i)]
-        it = items[_u(off + i)]
-        better = (k > bk) | ((k == bk) & (it < bi))
-        best = i if better else best
-        bk = k if better else bk
-        bi = it if better else bi
-    last = size - 1
-    items[_u(off + best)] = items[_u(off + last)]
-    keys[_u(off + best)] = keys[_u(off + last)]
-    return bi
+    """Removes and returns the best of a sorted list of `size` > 0 items (best last)."""
+    return items[_u(off + size - 1)]
 
 
 @njit(cache=True, inline="always")
 def _list_push(items, keys, off, size, item, key):
-    items[_u(off + size)] = item
-    keys[_u(off + size)] = key
+    """Inserts into a list kept sorted worst-first, so the best is popped from the end."""
+    i = size
+    while i > 0:
+        pk = keys[_u(off + i - 1)]
+        pi = items[_u(off + i - 1)]
+        if pk > key or (pk == key and pi < item):
+            items[_u(off + i)] = pi
+            keys[_u(off + i)] = pk
+            i -= 1
+        else:
+            break
+    items[_u(off + i)] = item
+    keys[_u(off + i)] = key
 
 
 # A device's ready ops are an unsorted list while few (a pop scans them without branching,
@@ -300,15 +302,12 @@ def _ready_pop(items, keys, is_heap, k, off, size):
 
 @njit(cache=True, inline="always")
 def _event_push(ev_time, ev_id, size, time, item):
+    """Events sorted latest-first, so the earliest is at the end (few run at once)."""
     i = size
-    while i > 0:
-        parent = (i - 1) >> 1
-        if time < ev_time[_u(parent)]:
-            ev_time[_u(i)] = ev_time[_u(parent)]
-            ev_id[_u(i)] = ev_id[_u(parent)]
-            i = parent
-        else:
-            break
+    while i > 0 and ev_time[_u(i - 1)] < time:
+        ev_time[_u(i)] = ev_time[_u(i - 1)]
+        ev_id[_u(i)] = ev_id[_u(i - 1)]
+        i -= 1
     ev_time[_u(i)] = time
     ev_id[_u(i)] = item
 
@@ -316,27 +315,7 @@ def _event_push(ev_time, ev_id, size, time, item):
 @njit(cache=True, inline="always")
 def _event_pop(ev_time, ev_id, size):
     """Removes the earliest of `size` > 0 events and returns its id."""
-    top = ev_id[_u(0)]
-    size -= 1
-    if size > 0:
-        lt = ev_time[_u(size)]
-        li = ev_id[_u(size)]
-        i = 0
-        while True:
-            child = 2 * i + 1
-            if child >= size:
-                break
-            if child + 1 < size and ev_time[_u(child + 1)] < ev_time[_u(child)]:
-                child += 1
-            if ev_time[_u(child)] < lt:
-                ev_time[_u(i)] = ev_time[_u(child)]
-                ev_id[_u(i)] = ev_id[_u(child)]
-                i = child
-            else:
-                break
-        ev_time[_u(i)] = lt
-        ev_id[_u(i)] = li
-    return top
+    return ev_id[_u(size - 1)]
 
 
 # ---------------------------------------------------------------------------
@@ -356,32 +335,32 @@ def _record(mem_t, mem_d, mem_v, counters, k, value, now):
 
 
 @njit(cache=True, inline="always")
-def _release(c, copy_state, copy_bytes, live,
+def _release(c, copy_state, live,
              mem_t, mem_d, mem_v, counters, now):
     """Drops one reference to copy c; at 0 frees it and drops the reference it held.
 
     Whether the count hit 0 is data-dependent and about even odds, so the first free is
     done without a branch (subtracting bytes * freed); only the rare alias cascade branches.
     """
-    left = copy_state[_u(3 * c)] - 1
-    copy_state[_u(3 * c)] = left
+    left = copy_state[_u(4 * c)] - 1
+    copy_state[_u(4 * c)] = left
     freed = left == 0
-    k = copy_state[_u(3 * c + 1)]
-    live[_u(k)] -= copy_bytes[_u(c)] * freed
+    k = copy_state[_u(4 * c + 1)]
+    live[_u(k)] -= copy_state[_u(4 * c + 3)] * freed
     if mem_t.shape[_u(0)] > 0 and freed:
         _record(mem_t, mem_d, mem_v, counters, k, live[_u(k)], now)
-    h = copy_state[_u(3 * c + 2)]
+    h = copy_state[_u(4 * c + 2)]
     if h >= 0 and freed:
         c = h
         while c >= 0:
-            left = copy_state[_u(3 * c)] - 1
-            copy_state[_u(3 * c)] = left
+            left = copy_state[_u(4 * c)] - 1
+            copy_state[_u(4 * c)] = left
             if left != 0:
                 return
-            k = copy_state[_u(3 * c + 1)]
-            live[_u(k)] -= copy_bytes[_u(c)]
+            k = copy_state[_u(4 * c + 1)]
+            live[_u(k)] -= copy_state[_u(4 * c + 3)]
             _record(mem_t, mem_d, mem_v, counters, k, live[_u(k)], now)
-            c = copy_state[_u(3 * c + 2)]
+            c = copy_state[_u(4 * c + 2)]
 
 
 # ---------------------------------------------------------------------------
@@ -398,10 +377,10 @@ def _run(S, d, dev, prio, tprio, W, peak):
      transfer_time, output_ptr, consumer_ptr, consumer, uin_ptr, uin, edge_position,
      csucc_ptr, csucc, wait0, alias_slot, edge_tensor, roots, num_outputs) = S
     wait, op_heap, op_heap_key, dev_off, dev_size, dev_busy, mark_t, mark_tr = W[0:8]
-    tr_tensor, copy_dev, copy_bytes, copy_state, _, uin_copy = W[8:14]
+    tr_tensor, copy_dev, _, copy_state, next_reader, uin_copy = W[8:14]
     chan_off, chan_size, chan_heap, chan_heap_key, chan_busy, dirty_chan = W[14:20]
     op_start, op_end, tr_start, tr_end, mem_t, mem_d, mem_v, counters = W[20:28]
-    live, ev_time, ev_id, out_count, dirty_dev, dev_heap = W[29:35]
+    live, ev_time, ev_id, out_count, dirty_dev, dev_heap, mark_last = W[29:36]
     tracing = op_start.shape[_u(0)] > 0
 
     n = cost.shape[_u(0)]
@@ -483,7 +462,7 @@ def _run(S, d, dev, prio, tprio, W, peak):
                 tr = _heap_pop(chan_heap, chan_heap_key, chan_off[_u(c)], chan_size[_u(c)])
                 chan_size[_u(c)] -= 1
                 chan_busy[_u(c)] = True
-                k = copy_state[_u(3 * (t + tr) + 1)]
+                k = copy_state[_u(4 * (t + tr) + 1)]
                 T = edge_tensor[_u(tr)]
                 x = live[_u(k)] + size[_u(T)]
                 live[_u(k)] = x
@@ -499,8 +478,8 @@ def _run(S, d, dev, prio, tprio, W, peak):
         if nev == 0:
             break
         # (a) everything that finishes at the next instant finishes, with its frees
-        now = ev_time[_u(0)]
-        while nev > 0 and ev_time[_u(0)] == now:
+        now = ev_time[_u(nev - 1)]
+        while nev > 0 and ev_time[_u(nev - 1)] == now:
             item = _event_pop(ev_time, ev_id, nev)
             nev -= 1
             if item < n:
@@ -518,7 +497,7 @@ def _run(S, d, dev, prio, tprio, W, peak):
                 for T in range(output_ptr[_u(v)], output_ptr[_u(v + 1)]):
                     # consumers here lose one wait; the first consumer on each other device
                     # makes the transfer there (named by its slot), which all of them read
-                    copy_state[_u(3 * T + 1)] = k
+                    copy_state[_u(4 * T + 1)] = k
                     refs = forever[_u(T)]
                     for j in range(consumer_ptr[_u(T)], consumer_ptr[_u(T + 1)]):
                         w = consumer[_u(j)]
@@ -536,12 +515,13 @@ def _run(S, d, dev, prio, tprio, W, peak):
                                     dirty_dev[_u(n_dirty_dev)] = k
                                     n_dirty_dev += 1
                         else:
+                            next_reader[_u(j)] = -1
                             if mark_t[_u(kw)] != T:
                                 mark_t[_u(kw)] = T
                                 mark_tr[_u(kw)] = j
                                 refs += 1
-                                copy_state[_u(3 * (t + j) + 1)] = kw
-                                copy_state[_u(3 * (t + j))] = 0
+                                copy_state[_u(4 * (t + j) + 1)] = kw
+                                copy_state[_u(4 * (t + j))] = 0
                                 c = k * d + kw
                                 _heap_push(chan_heap, chan_heap_key, chan_off[_u(c)],
                                            chan_size[_u(c)], j, tprio[_u(v)])
@@ -549,16 +529,19 @@ def _run(S, d, dev, prio, tprio, W, peak):
                                 if not chan_busy[_u(c)] and chan_size[_u(c)] == 1:
                                     dirty_chan[_u(n_dirty_chan)] = c
                                     n_dirty_chan += 1
+                            else:
+                                next_reader[_u(mark_last[_u(kw)])] = j
+                            mark_last[_u(kw)] = j
                             r = t + mark_tr[_u(kw)]
-                            copy_state[_u(3 * r)] += 1
+                            copy_state[_u(4 * r)] += 1
                             uin_copy[_u(edge_position[_u(j)])] = r
-                    copy_state[_u(3 * T)] = refs
+                    copy_state[_u(4 * T)] = refs
                     s = alias_slot[_u(T)]
                     if s >= 0:
                         # the aliased input's copy here lives until this copy is freed
                         h = uin_copy[_u(s)]
-                        copy_state[_u(3 * h)] += 1
-                        copy_state[_u(3 * T + 2)] = h
+                        copy_state[_u(4 * h)] += 1
+                        copy_state[_u(4 * T + 2)] = h
                 for j in range(csucc_ptr[_u(v)], csucc_ptr[_u(v + 1)]):
                     w = csucc[_u(j)]
                     left = wait[_u(w)] - 1
@@ -572,28 +555,29 @@ def _run(S, d, dev, prio, tprio, W, peak):
                             dirty_dev[_u(n_dirty_dev)] = kw
                             n_dirty_dev += 1
                 for j in range(uin_ptr[_u(v)], uin_ptr[_u(v + 1)]):
-                    _release(uin_copy[_u(j)], copy_state, copy_bytes, live,
+                    _release(uin_copy[_u(j)], copy_state, live,
                              mem_t, mem_d, mem_v, counters, now)
             else:
                 tr = item - n
                 T = edge_tensor[_u(tr)]
-                k = copy_state[_u(3 * (t + tr) + 1)]
+                k = copy_state[_u(4 * (t + tr) + 1)]
                 if tracing:
                     tr_end[_u(tr)] = now
-                c = copy_state[_u(3 * T + 1)] * d + k
+                c = copy_state[_u(4 * T + 1)] * d + k
                 chan_busy[_u(c)] = False
                 if chan_size[_u(c)] > 0:
                     dirty_chan[_u(n_dirty_chan)] = c
                     n_dirty_chan += 1
-                _release(T, copy_state, copy_bytes, live,
+                _release(T, copy_state, live,
                          mem_t, mem_d, mem_v, counters, now)
-                # consumers on k lose one wait; a consumer elsewhere may have none left
-                for j in range(consumer_ptr[_u(T)], consumer_ptr[_u(T + 1)]):
+                # the consumers reading this transfer (linked when it was made) lose one wait
+                j = tr
+                while j >= 0:
                     w = consumer[_u(j)]
-                    here = dev[_u(w)] == k
-                    left = wait[_u(w)] - here
+                    j = next_reader[_u(j)]
+                    left = wait[_u(w)] - 1
                     wait[_u(w)] = left
-                    if here & (left == 0):
+                    if left == 0:
                         _ready_push(op_heap, op_heap_key, dev_heap, k, dev_off[_u(k)],
                                     dev_size[_u(k)], w, prio[_u(w)])
                         dev_size[_u(k)] += 1
@@ -606,7 +590,7 @@ def _run(S, d, dev, prio, tprio, W, peak):
         for j in range(tr_start.shape[_u(0)]):
             if tr_start[_u(j)] >= 0.0:
                 tr_tensor[_u(m)] = edge_tensor[_u(j)]
-                copy_dev[_u(t + m)] = copy_state[_u(3 * (t + j) + 1)]
+                copy_dev[_u(t + m)] = copy_state[_u(4 * (t + j) + 1)]
                 tr_start[_u(m)] = tr_start[_u(j)]
                 tr_end[_u(m)] = tr_end[_u(j)]
                 m += 1
