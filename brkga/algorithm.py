@@ -5,6 +5,12 @@ known, so they are never evaluated again), draws `mutant` new ones from the
 per-gene Beta distributions, and fills the population with biased crossovers
 of an elite and a non-elite parent. The run stops when the evaluation budget is
 spent; the last generation is truncated so that the budget is never exceeded.
+
+The population never moves as a whole: one buffer holds an elite block and two
+newcomer blocks used in turn (children and mutants are written into the idle
+one, which is then the contiguous batch to evaluate). Only the rows that change
+rank move: a newcomer that enters the elite swaps places with the elite it
+displaces, a few rows per generation instead of re-sorting every row.
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ from typing import Callable
 
 import numpy as np
 
-from brkga.crossover import CrossoverBuffers, biased_crossover
-from brkga.sampling import sample_keys
+from brkga.crossover import CoinThresholds, CrossoverBuffers, biased_crossover
+from brkga.sampling import KeySampler
 from brkga.termination import Budget
 
 EvaluateBatch = Callable[[np.ndarray], np.ndarray]
@@ -90,6 +96,8 @@ class BRKGA:
         self.alpha = None if alpha is None else self._beta_param("alpha", alpha)
         self.beta = None if beta is None else self._beta_param("beta", beta)
         self.seed = seed
+        self._sampler = KeySampler(self.num_genes, self.alpha, self.beta)
+        self._coins = CoinThresholds(self.elite_bias)
 
     def _beta_param(self, name: str, value) -> np.ndarray:
         arr = _per_gene(name, value, self.num_genes)
@@ -99,7 +107,7 @@ class BRKGA:
 
     # -- pieces -------------------------------------------------------------
     def sample(self, rng: np.random.Generator, count: int, out=None) -> np.ndarray:
-        return sample_keys(rng, count, self.num_genes, self.alpha, self.beta, out=out)
+        return self._sampler.sample(rng, count, out=out)
 
     def _check_initial(self, initial) -> np.ndarray:
         if initial is None:
@@ -143,43 +151,64 @@ class BRKGA:
         rng = np.random.default_rng(self.seed)
         spent = Budget(int(budget))
         size, ne, nm = self.population_size, self.num_elites, self.num_mutants
-        children = size - ne - nm
+        fresh = size - ne                   # newcomers per generation
+        children = fresh - nm
 
-        # Two buffers: the sorted population, and the next one being filled in place.
-        population = np.empty((size, self.num_genes))
-        scratch = np.empty_like(population)
+        # [elites | newcomers A | newcomers B]; generation 0 fills elites + A
+        rows = np.empty((ne + 2 * fresh, self.num_genes))
+        elites = rows[:ne]
+        blocks = (rows[ne:ne + fresh], rows[ne + fresh:])
         buffers = CrossoverBuffers(children, self.num_genes)
-        scratch[:len(seeds)] = seeds
-        self.sample(rng, size - len(seeds), out=scratch[len(seeds):])
+        rows[:len(seeds)] = seeds
+        self.sample(rng, size - len(seeds), out=rows[len(seeds):size])
         spent.grant(size)
-        fitness = self._evaluate(evaluate_batch, scratch)
-        order = np.argsort(fitness, kind="stable")
-        np.take(scratch, order, axis=0, out=population, mode="clip")
-        fitness = fitness[order]
-        history = [fitness[0]]
+        scores = self._evaluate(evaluate_batch, rows[:size])
+        elite_fitness = scores[:ne].copy()
+        others = blocks[0]
+        self._promote(elites, elite_fitness, others, scores[ne:])
+        history = [elite_fitness.min()]
         if callback is not None:
-            callback(0, spent.used, float(fitness[0]))
+            callback(0, spent.used, float(history[-1]))
 
         generation = 0
         while not spent.exhausted:
             generation += 1
-            granted = spent.grant(size - ne)
-            # scratch = [elites | children | mutants]; only the first ne + granted rows count
-            scratch[:ne] = population[:ne]
-            biased_crossover(rng, population[:ne], population[ne:], children,
-                             self.elite_bias, out=scratch[ne:ne + children], buffers=buffers)
-            self.sample(rng, nm, out=scratch[ne + children:])
-            live = ne + granted
-            scores = self._evaluate(evaluate_batch, scratch[ne:live])
-            fitness = np.concatenate([fitness[:ne], scores])
-            order = np.argsort(fitness, kind="stable")
-            np.take(scratch[:live], order, axis=0, out=population[:live], mode="clip")
-            fitness = fitness[order]
-            if live < size:  # truncated last generation: the population shrinks
-                population = population[:live]
-            history.append(fitness[0])
+            granted = spent.grant(fresh)
+            batch = blocks[generation % 2]   # the block not holding the current non-elites
+            biased_crossover(rng, elites, others, children, self._coins,
+                             out=batch[:children], buffers=buffers)
+            self.sample(rng, nm, out=batch[children:])
+            scores = self._evaluate(evaluate_batch, batch[:granted])
+            others = batch
+            self._promote(elites, elite_fitness, batch[:granted], scores)
+            history.append(elite_fitness.min())
             if callback is not None:
-                callback(generation, spent.used, float(fitness[0]))
+                callback(generation, spent.used, float(history[-1]))
 
-        return Result(best_keys=population[0].copy(), best_fitness=float(fitness[0]),
+        best = int(np.argmin(elite_fitness))
+        return Result(best_keys=elites[best].copy(), best_fitness=float(elite_fitness[best]),
                       evaluations=spent.used, history=np.asarray(history))
+
+    @staticmethod
+    def _promote(elites: np.ndarray, elite_fitness: np.ndarray, newcomers: np.ndarray,
+                 scores: np.ndarray) -> None:
+        """Makes `elites` the best rows of elites + newcomers, in place.
+
+        Ranks by fitness, ties to the incumbent (elites first, then newcomers in
+        order, as a stable sort of [elites, newcomers] would). Each newcomer that
+        enters swaps rows (and fitness) with an elite that leaves, so the
+        newcomer block keeps exactly the non-elites.
+        """
+        ne = len(elites)
+        ranked = np.argsort(np.concatenate([elite_fitness, scores]), kind="stable")[:ne]
+        entering = ranked[ranked >= ne] - ne
+        if not len(entering):
+            return
+        staying = np.zeros(ne, dtype=bool)
+        staying[ranked[ranked < ne]] = True
+        leaving = np.flatnonzero(~staying)
+        left_rows, left_fitness = elites[leaving], elite_fitness[leaving]
+        elites[leaving] = newcomers[entering]
+        elite_fitness[leaving] = scores[entering]
+        newcomers[entering] = left_rows
+        scores[entering] = left_fitness

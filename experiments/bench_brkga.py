@@ -4,7 +4,9 @@ Both optimisers search the same chromosome with the same decoder and simulator
 (`regal.sim.evaluate`, one call per generation) under the same evaluation budget.
 Wall time is split into evaluation (time inside the simulator call) and everything
 else (the GA's own work: sampling, crossover, sorting, bookkeeping). The issue's
-bar: the GA's share stays <= 10% at n = 500 ops, population 100.
+bar: the GA's share stays <= 10% at n = 500 ops, population 100. A third row runs
+our BRKGA with per-gene Beta parameters, as REGAL's policy drives it (each op
+picks an (alpha, beta) pair per key group from the policy's default menu).
 
     .venv/bin/python experiments/bench_brkga.py            # n=500, d=4, pop 100, budget 5000
     .venv/bin/python experiments/bench_brkga.py --repeats 3 --graph data/real/x.npz
@@ -68,13 +70,36 @@ def timings(clock: Clock, ev: TimedEvaluator, best: float) -> dict:
                 evaluations=ev.rows, best=best)
 
 
-def run_ours(graph, devices, objective, population, budget, seed):
+# regal.policy's DEFAULT_BETA_MENU (not imported: that module pulls in TensorFlow)
+BETA_MENU = ((1.0, 1.0), (0.5, 0.5), (2.0, 2.0), (5.0, 1.0), (1.0, 5.0), (2.0, 5.0),
+             (5.0, 2.0), (0.3, 0.3))
+
+
+def policy_like_beta(num_ops: int, num_devices: int, seed: int):
+    """Per-gene (alpha, beta) in the chromosome layout of DESIGN §5: one menu pick per op
+    for each key group (affinity, priority, transfer), uniformly at random."""
+    menu = np.asarray(BETA_MENU)
+    pick = np.random.default_rng(seed).integers(len(menu), size=(3, num_ops))
+    blocks = [np.repeat(menu[pick[0]], num_devices, axis=0), menu[pick[1]], menu[pick[2]]]
+    params = np.concatenate(blocks)
+    return params[:, 0].copy(), params[:, 1].copy()
+
+
+def run_ours(graph, devices, objective, population, budget, seed, beta_params=False):
     ev = TimedEvaluator(graph, devices, objective)
+    alpha = beta = None
+    if beta_params:
+        alpha, beta = policy_like_beta(graph.num_nodes, devices.count, seed)
     ga = BRKGA(num_genes(graph.num_nodes, devices.count), population_size=population,
-               elite_fraction=0.2, mutant_fraction=0.2, elite_bias=0.7, seed=seed)
+               elite_fraction=0.2, mutant_fraction=0.2, elite_bias=0.7, alpha=alpha,
+               beta=beta, seed=seed)
     with Clock() as clock:
         result = ga.run(ev, budget)
     return timings(clock, ev, result.best_fitness)
+
+
+def run_ours_beta(graph, devices, objective, population, budget, seed):
+    return run_ours(graph, devices, objective, population, budget, seed, beta_params=True)
 
 
 def run_pymoo(graph, devices, objective, population, budget, seed):
@@ -123,7 +148,8 @@ def main(argv=None) -> None:
     # compile the simulator once, outside every timing
     evaluate(graph, devices, np.random.default_rng(0).random((2, num_genes(graph.num_nodes,
                                                                             devices.count))))
-    runs = {"regal brkga": run_ours, "pymoo BRKGA": run_pymoo}
+    runs = {"regal brkga": run_ours, "regal brkga, per-gene Beta": run_ours_beta,
+            "pymoo BRKGA": run_pymoo}
     rows = {name: [] for name in runs}
     jobs = [(name, r) for r in range(args.repeats) for name in runs]
     for name, r in tqdm(jobs, desc="runs", unit="run"):

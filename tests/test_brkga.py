@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from brkga import BRKGA, Budget, biased_crossover, sample_keys
-from brkga.crossover import bernoulli
+from brkga import BRKGA, Budget, KeySampler, biased_crossover, sample_keys
+from brkga.crossover import CrossoverBuffers, bernoulli
+from brkga.sampling import beta_draws, uniform
 
 
 class Recorder:
@@ -137,6 +138,59 @@ def test_uniform_when_no_beta_parameters():
         assert stats.kstest(keys[:, j], "uniform").pvalue > 0.01
 
 
+# every sampling method: closed forms, products of uniforms, Johnk, numpy's fallback
+@pytest.mark.parametrize("a, b", [
+    (1.0, 1.0),      # U
+    (3.0, 1.0),      # U**(1/a)
+    (2.0, 1.0),      # sqrt(U)
+    (0.4, 1.0),      # U**(1/a), a < 1
+    (1.0, 4.0),      # 1 - U**(1/b)
+    (0.5, 0.5),      # sin^2(pi U / 2)
+    (2.0, 2.0),      # Gamma(2) / (Gamma(2) + Gamma(2)) from products of uniforms
+    (2.0, 5.0),
+    (5.0, 2.0),
+    (0.3, 0.3),      # Johnk
+    (0.9, 0.2),      # Johnk, low acceptance
+    (2.5, 3.5),      # numpy's beta
+    (0.02, 0.5),     # numpy's beta (too small for Johnk)
+])
+def test_each_beta_method_matches_its_distribution(a, b):
+    x = beta_draws(np.random.default_rng(11), 20_000, a, b)
+    assert ((x >= 0) & (x <= 1)).all()
+    assert stats.kstest(x, stats.beta(a, b).cdf).pvalue > 0.01
+    # teeth: the neighbouring distribution is rejected
+    assert stats.kstest(x, stats.beta(a * 1.25, b).cdf).pvalue < 1e-3
+
+
+def test_uniform_keys_are_exact_multiples_of_two_to_minus_32():
+    u = uniform(np.random.default_rng(0), 10_001)
+    k = u * 2.0 ** 32
+    assert ((u >= 0) & (u < 1)).all() and (k == np.floor(k)).all()
+    assert len(np.unique(k)) > 9_990
+    assert ((uniform(np.random.default_rng(0), 1001, positive=True) > 0)).all()
+
+
+def test_grouped_sampler_puts_each_gene_in_its_place():
+    # genes interleave 5 distributions with very different means; each column must
+    # follow its own (alpha, beta), whatever the grouping did internally
+    menu = np.array([(1.0, 1.0), (8.0, 1.0), (1.0, 8.0), (0.5, 0.5), (2.0, 5.0)])
+    pick = np.random.default_rng(0).integers(len(menu), size=40)
+    alpha, beta = menu[pick, 0], menu[pick, 1]
+    sampler = KeySampler(40, alpha, beta)
+    rng = np.random.default_rng(1)
+    keys = np.concatenate([sampler.sample(rng, count) for count in (1500, 700, 1500)])
+    for j in range(40):
+        assert stats.kstest(keys[:, j], stats.beta(alpha[j], beta[j]).cdf).pvalue > 1e-3, j
+
+
+def test_all_ones_beta_is_exactly_plain_uniform_brkga():
+    plain = BRKGA(12, population_size=10, seed=4).run(inversions, 200)
+    ones = BRKGA(12, population_size=10, seed=4, alpha=np.ones(12),
+                 beta=np.ones(12)).run(inversions, 200)
+    np.testing.assert_array_equal(plain.history, ones.history)
+    np.testing.assert_array_equal(plain.best_keys, ones.best_keys)
+
+
 def test_mutants_use_beta():
     # a huge mutant share: 2 elites, 96 mutants, 2 children per generation
     alpha, beta = 6.0, 1.0
@@ -199,6 +253,36 @@ def test_bernoulli_coins_are_exact():
     for j in range(2, len(p)):
         assert stats.binomtest(int(coins[:, j].sum()), n, p[j]).pvalue > 0.01, j
     assert stats.binomtest(int(coins[:, 3].sum()), n, 3 / 256).pvalue < 1e-6
+
+
+def test_crossover_rates_per_gene_across_chunks():
+    # per-gene biases that need the tie draw, and a block split into several chunks
+    bias = np.array([0.7, 3.5 / 256, 1 / 3, 0.5, 1.0, 0.0])
+    count = 30_000
+    buffers = CrossoverBuffers(count, len(bias))
+    assert buffers.chunk < count
+    kids = biased_crossover(np.random.default_rng(5), np.ones((3, 6)), np.zeros((4, 6)),
+                            count, bias, buffers=buffers)
+    assert kids[:, 4].all() and not kids[:, 5].any()
+    for j in range(4):
+        assert stats.binomtest(int(kids[:, j].sum()), count, bias[j]).pvalue > 0.01, j
+
+
+def test_promote_keeps_the_best_rows_and_moves_them_whole():
+    rng = np.random.default_rng(2)
+    for ne, m in [(4, 9), (1, 5), (6, 3)]:
+        fe = rng.integers(0, 6, ne).astype(float)           # ties on purpose
+        fn = rng.integers(0, 6, m).astype(float)
+        elites = np.repeat(np.arange(ne, dtype=float)[:, None], 3, axis=1)       # row id
+        newcomers = np.repeat(np.arange(ne, ne + m, dtype=float)[:, None], 3, axis=1)
+        ef, nf = fe.copy(), fn.copy()
+        BRKGA._promote(elites, ef, newcomers, nf)
+        allf = np.concatenate([fe, fn])
+        winners = np.argsort(allf, kind="stable")[:ne]      # incumbents win ties
+        assert sorted(elites[:, 0]) == sorted(winners)
+        assert sorted(newcomers[:, 0]) == sorted(set(range(ne + m)) - set(winners))
+        np.testing.assert_array_equal(ef, allf[elites[:, 0].astype(int)])
+        np.testing.assert_array_equal(nf, allf[newcomers[:, 0].astype(int)])
 
 
 def test_elite_bias_is_the_inheritance_rate():

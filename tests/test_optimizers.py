@@ -26,16 +26,20 @@ def simulated_value(problem, sol):
 # -- search quality ----------------------------------------------------------
 
 def test_brkga_beats_random_search_at_equal_budget():
-    """Paired over 20 synthetic graphs, fixed seeds (18/20 at the time of writing)."""
+    """Paired over 40 synthetic graphs with fixed seeds: BRKGA wins on most (31/40 when
+    written; 84 of 100 graphs in a one-off run) and by more than 1% on average; a one-sided
+    sign test on the wins rejects "no better than random" at p < 0.01 (needs >= 28 wins)."""
+    from scipy.stats import binomtest
+
     wins, gains = 0, []
-    for i in range(20):
+    for i in range(40):
         problem = opt.Problem(generate("random", 80, i), DeviceSpec(3), "peak_memory")
         ga = opt.solve("brkga", problem, 600, seed=i, population_size=40)
         rs = opt.solve("random", problem, 600, seed=i)
         assert ga.evaluations == rs.evaluations == 600
-        wins += ga.value <= rs.value
+        wins += ga.value < rs.value
         gains.append((rs.value - ga.value) / rs.value)
-    assert wins >= 15, wins
+    assert binomtest(wins, 40, 0.5, alternative="greater").pvalue < 0.01, wins
     assert np.mean(gains) > 0.01, np.mean(gains)
 
 
