@@ -2,9 +2,10 @@
 
 The policy picks every op's Beta distributions and elite bias once (greedy by default);
 BRKGA then searches at the given budget exactly as plain BRKGA would, with those per-gene
-parameters. TensorFlow is imported inside `solve_regal` only: the method registry lives in
-TensorFlow-free code. Loaded policies are kept per process, so a harness worker pays the
-import and load once; `Solution.extra` records the load, policy and BRKGA times apart.
+parameters. The forward pass is `regal.policy.NumpyPolicy` (numpy, same weights and logits as
+the TensorFlow `Policy`), so the method never imports TensorFlow; training, and a `policy=`
+object passed in, may still use the TensorFlow one. Loaded policies are kept per process;
+`Solution.extra` records the load, policy and BRKGA times apart.
 """
 
 from __future__ import annotations
@@ -69,15 +70,16 @@ def policy_content_hash(policy_dir=None) -> str:
 
 
 def load_policy(policy_dir=None):
-    """The policy stored in `policy_dir` (default: the shipped one), loaded once per process."""
+    """The policy stored in `policy_dir` (default: the shipped one), loaded once per process
+    for inference (a `NumpyPolicy`: no TensorFlow)."""
     path = resolve_policy_dir(policy_dir)
     key = str(path.resolve())
     if key not in _LOADED:
         if not (path / "config.json").exists():
             raise ValueError(f"policy_dir: {path} holds no policy (config.json); train one with "
                              "`regal train` or pass policy_dir")
-        from regal.policy import Policy
-        _LOADED[key] = Policy.load(path)
+        from regal.policy.inference import NumpyPolicy
+        _LOADED[key] = NumpyPolicy.load(path)
     return _LOADED[key]
 
 
@@ -108,7 +110,7 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
                 progress: Callable[[int, float], None] | None = None, **brkga_options) -> Solution:
     """REGAL: the policy's per-gene alpha/beta/elite_bias, then BRKGA at `budget` with `seed`.
 
-    `policy` (a loaded Policy) wins over `policy_dir`; a relative `policy_dir` is looked up
+    `policy` (a loaded Policy or NumpyPolicy) wins over `policy_dir`; a relative `policy_dir` is looked up
     under the repository root first. `policy_hash`, when given, must match the stored
     policy's content (`policy_content_hash`): a record made with other weights is never
     reproduced silently with the current ones. `mode="sample"` draws the action with

@@ -15,6 +15,9 @@ For every op the policy makes four categorical choices (the *heads*):
 `alpha`, `beta`, `elite_bias` arrays (length `n * (d + 2)`, chromosome layout:
 affinity `[n, d]` row-major, then priority `[n]`, then transfer `[n]`).
 
+`NumpyPolicy` (regal/policy/inference.py) runs the same network on the same stored
+weights in numpy, without TensorFlow: the `regal` method's inference path.
+
 A REINFORCE learner uses `act` to sample (numpy, no gradient) and
 `log_prob`/`entropy`/`evaluate` under a `tf.GradientTape` to differentiate
 the log-probability of the sampled indices w.r.t. `trainable_variables`.
@@ -29,16 +32,23 @@ from __future__ import annotations
 
 from regal.policy.features import GraphFeatures, graph_features
 
-# TensorFlow loads only when one of these is first used, so the numpy-only
-# featuriser (and code that merely imports this package) stays cheap.
-_LAZY = ("Policy", "Action", "gene_parameters", "HEADS", "KEY_GROUPS", "DEFAULT_BETA_MENU",
-         "DEFAULT_ELITE_MENU", "UNIFORM_BETA", "BRKGA_ELITE_BIAS", "LEARN_PRESETS")
+# TensorFlow loads only when `Policy` is first used, so the numpy-only featuriser, menus
+# and `NumpyPolicy` (and code that merely imports this package) stay cheap.
+_MENUS = ("Action", "gene_parameters", "HEADS", "KEY_GROUPS", "DEFAULT_BETA_MENU",
+          "DEFAULT_ELITE_MENU", "UNIFORM_BETA", "BRKGA_ELITE_BIAS", "LEARN_PRESETS")
+_LAZY = ("Policy", "NumpyPolicy", *_MENUS)
 
 __all__ = ["GraphFeatures", "graph_features", *_LAZY]
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        from regal.policy import policy
-        return getattr(policy, name)
+    if name in _MENUS:
+        from regal.policy import menus
+        return getattr(menus, name)
+    if name == "NumpyPolicy":
+        from regal.policy.inference import NumpyPolicy
+        return NumpyPolicy
+    if name == "Policy":
+        from regal.policy.policy import Policy
+        return Policy
     raise AttributeError(f"module 'regal.policy' has no attribute {name!r}")

@@ -28,10 +28,10 @@ import tf_keras as keras  # noqa: E402
 from spektral.layers import CrystalConv  # noqa: E402
 
 from regal.policy.features import OP_TYPE_BUCKETS  # noqa: E402
+from regal.policy.menus import HEADS  # noqa: E402
 
 __all__ = ["PolicyNetwork", "HEADS", "initialise"]
 
-HEADS = ("affinity", "priority", "transfer", "elite_bias")
 TYPE_EMBEDDING = 8
 HEAD_SCALE = 0.01  # initial head weights: Glorot times this
 
