@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 
 from regal.graph import GraphBuilder  # noqa: E402
 from regal.policy import Policy  # noqa: E402
+from regal.policy.inference import NumpyPolicy  # noqa: E402
 from regal.policy.features import graph_features  # noqa: E402
 
 
@@ -57,6 +58,8 @@ def main() -> None:
     args = ap.parse_args()
 
     policy = Policy(num_layers=args.layers, hidden=args.hidden, seed=0)
+    # the TensorFlow-free forward pass `regal optimize --method regal` uses, same weights
+    numpy_policy = NumpyPolicy(policy.config, policy.net.get_weights())
     print(f"policy: {args.layers} layers, hidden {args.hidden}, "
           f"{sum(int(np.prod(v.shape)) for v in policy.trainable_variables)} parameters")
     for n in args.sizes:
@@ -69,9 +72,13 @@ def main() -> None:
         t_first = time.perf_counter() - t
         t_fwd, _ = timed(lambda: policy.logits(feats), args.repeats)
         t_act, _ = timed(lambda: policy.act(graph, args.devices, seed=0), args.repeats)
+        t_np, _ = timed(lambda: numpy_policy.logits(feats), args.repeats)
+        gap = max(float(np.abs(numpy_policy.logits(feats)[h] - policy.logits(feats)[h]).max())
+                  for h in policy.learned)
         print(f"n={n:>6} edges={len(feats.edge_index):>7}  features {t_feat:.3f}s  "
               f"first call {t_first:.3f}s  forward (median of {args.repeats}) {t_fwd:.3f}s  "
-              f"act incl. features {t_act:.3f}s")
+              f"act incl. features {t_act:.3f}s  | numpy forward {t_np:.4f}s "
+              f"(max |logit diff| {gap:.1e})")
     print(f"traces of the forward function: {policy._forward.experimental_get_tracing_count()}")
 
 
