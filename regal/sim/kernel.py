@@ -301,6 +301,22 @@ def _ready_pop(items, keys, is_heap, k, off, size):
 
 
 @njit(cache=True, inline="always")
+def _count_down(w, k, wait, items, keys, is_heap, dev_off, dev_size, dev_busy, dirty_dev,
+                n_dirty_dev, prio):
+    """Op w (on device k) has one wait fewer; at none it joins k's ready ops, and k enters
+    the phase-(b) list if that was its first queued op while idle. Returns the list's size."""
+    left = wait[_u(w)] - 1
+    wait[_u(w)] = left
+    if left == 0:
+        _ready_push(items, keys, is_heap, k, dev_off[_u(k)], dev_size[_u(k)], w, prio[_u(w)])
+        dev_size[_u(k)] += 1
+        if dev_size[_u(k)] == 1 and not dev_busy[_u(k)]:
+            dirty_dev[_u(n_dirty_dev)] = k
+            n_dirty_dev += 1
+    return n_dirty_dev
+
+
+@njit(cache=True, inline="always")
 def _event_push(ev_time, ev_id, size, time, item):
     """Events sorted latest-first, so the earliest is at the end (few run at once)."""
     i = size
@@ -505,15 +521,9 @@ def _run(S, d, dev, prio, tprio, W, peak):
                         if kw == k:
                             uin_copy[_u(edge_position[_u(j)])] = T
                             refs += 1
-                            left = wait[_u(w)] - 1
-                            wait[_u(w)] = left
-                            if left == 0:
-                                _ready_push(op_heap, op_heap_key, dev_heap, k, dev_off[_u(k)],
-                                            dev_size[_u(k)], w, prio[_u(w)])
-                                dev_size[_u(k)] += 1
-                                if dev_size[_u(k)] == 1 and not dev_busy[_u(k)]:
-                                    dirty_dev[_u(n_dirty_dev)] = k
-                                    n_dirty_dev += 1
+                            n_dirty_dev = _count_down(w, k, wait, op_heap, op_heap_key, dev_heap,
+                                                      dev_off, dev_size, dev_busy, dirty_dev,
+                                                      n_dirty_dev, prio)
                         else:
                             next_reader[_u(j)] = -1
                             if mark_t[_u(kw)] != T:
@@ -544,16 +554,9 @@ def _run(S, d, dev, prio, tprio, W, peak):
                         copy_state[_u(4 * T + 2)] = h
                 for j in range(csucc_ptr[_u(v)], csucc_ptr[_u(v + 1)]):
                     w = csucc[_u(j)]
-                    left = wait[_u(w)] - 1
-                    wait[_u(w)] = left
-                    if left == 0:
-                        kw = dev[_u(w)]
-                        _ready_push(op_heap, op_heap_key, dev_heap, kw, dev_off[_u(kw)],
-                                    dev_size[_u(kw)], w, prio[_u(w)])
-                        dev_size[_u(kw)] += 1
-                        if dev_size[_u(kw)] == 1 and not dev_busy[_u(kw)]:
-                            dirty_dev[_u(n_dirty_dev)] = kw
-                            n_dirty_dev += 1
+                    n_dirty_dev = _count_down(w, dev[_u(w)], wait, op_heap, op_heap_key, dev_heap,
+                                              dev_off, dev_size, dev_busy, dirty_dev,
+                                              n_dirty_dev, prio)
                 for j in range(uin_ptr[_u(v)], uin_ptr[_u(v + 1)]):
                     _release(uin_copy[_u(j)], copy_state, live,
                              mem_t, mem_d, mem_v, counters, now)
@@ -575,15 +578,9 @@ def _run(S, d, dev, prio, tprio, W, peak):
                 while j >= 0:
                     w = consumer[_u(j)]
                     j = next_reader[_u(j)]
-                    left = wait[_u(w)] - 1
-                    wait[_u(w)] = left
-                    if left == 0:
-                        _ready_push(op_heap, op_heap_key, dev_heap, k, dev_off[_u(k)],
-                                    dev_size[_u(k)], w, prio[_u(w)])
-                        dev_size[_u(k)] += 1
-                        if dev_size[_u(k)] == 1 and not dev_busy[_u(k)]:
-                            dirty_dev[_u(n_dirty_dev)] = k
-                            n_dirty_dev += 1
+                    n_dirty_dev = _count_down(w, k, wait, op_heap, op_heap_key, dev_heap,
+                                              dev_off, dev_size, dev_busy, dirty_dev,
+                                              n_dirty_dev, prio)
     if tracing:
         # transfers in slot order (= tensor order, then first consumer), packed to the front
         m = 0
