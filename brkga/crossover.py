@@ -68,16 +68,19 @@ def _tie_winners(rng: np.random.Generator, byte: np.ndarray, coins: CoinThreshol
     return ties[rng.random(len(ties)) < frac]
 
 
-def bernoulli(rng: np.random.Generator, shape: tuple[int, int], p, out: np.ndarray) -> np.ndarray:
+def bernoulli(rng: np.random.Generator, shape: tuple[int, int], p, out: np.ndarray,
+              scratch: np.ndarray | None = None) -> np.ndarray:
     """Exact Bernoulli(p) coins (p scalar or one per column) from one random byte each.
 
-    `out` is a C-contiguous bool array of `shape`; see `CoinThresholds`.
+    `out` (and `scratch`, reused for the tie search) are C-contiguous bool arrays of
+    `shape`; see `CoinThresholds`.
     """
     coins = p if isinstance(p, CoinThresholds) else CoinThresholds(p)
     byte = random_bytes(rng, shape)
     np.less(byte, coins.whole, out=out)
     if coins.needs_ties:
-        out.reshape(-1)[_tie_winners(rng, byte, coins, np.empty(shape, bool))] = True
+        scratch = np.empty(shape, bool) if scratch is None else scratch
+        out.reshape(-1)[_tie_winners(rng, byte, coins, scratch)] = True
     return out
 
 
@@ -106,18 +109,11 @@ def biased_crossover(rng: np.random.Generator, elites: np.ndarray, others: np.nd
     coins = elite_bias if isinstance(elite_bias, CoinThresholds) else CoinThresholds(elite_bias)
     elite_rows = rng.integers(len(elites), size=count)
     other_rows = rng.integers(len(others), size=count)
-    byte = random_bytes(rng, shape)
-
-    # select = all ones (int8 -1, sign-extended) where the byte says "elite", else 0;
-    # ties are settled after the select
-    select = np.less(byte, coins.whole, out=buffers.from_elite).view(np.int8)
+    # select = all ones (int8 -1, sign-extended) where the coin says "elite", else 0
+    select = bernoulli(rng, shape, coins, buffers.from_elite, buffers.ties).view(np.int8)
     np.negative(select, out=select)
-    winners = (_tie_winners(rng, byte, coins, buffers.ties) if coins.needs_ties
-               else np.empty(0, np.intp))
     child, source = out.view(np.int64), others.view(np.int64)
     elite_source, elite = elites.view(np.int64), buffers.elite_parent
-    tie_rows = winners // num_genes
-    tie_genes = elite_source[elite_rows[tie_rows], winners - tie_rows * num_genes]
     for start in range(0, count, buffers.chunk):
         stop = min(count, start + buffers.chunk)
         kid, parent = child[start:stop], elite[:stop - start]
@@ -127,5 +123,4 @@ def biased_crossover(rng: np.random.Generator, elites: np.ndarray, others: np.nd
         np.bitwise_xor(parent, kid, out=parent)
         np.bitwise_and(parent, select[start:stop], out=parent, casting="unsafe")
         np.bitwise_xor(kid, parent, out=kid)
-    child.reshape(-1)[winners] = tie_genes
     return out
