@@ -44,6 +44,7 @@ ABLATIONS = [  # (label, learn, learn_elite_bias)
     ("both", "both", False), ("both + elite bias", "both", True),
 ]
 
+SHIPPED_STEPS = 272  # the shipped policy stopped at step 272 (data/policy/README.md)
 QUICK = dict(test_graphs=10, real_graphs=4, large_graphs=2, large_ops=(2000, 2400), seeds=1,
              cpsat_time=2.0, devices=(2, 4), large_devices=(2,))
 FULL = dict(test_graphs=100, real_graphs=None, large_graphs=20, large_ops=(2000, 5000), seeds=3,
@@ -184,17 +185,36 @@ def timing(graph_paths, policy_dir, budget=5000) -> list[dict]:
     return rows
 
 
-def train_ablation_policies(out: Path, shipped: Path) -> dict:
-    """Full run only: one policy per ablation variant, trained like the shipped one."""
-    from regal.train import TrainConfig, train
+def train_ablation_policies(out: Path, shipped: Path, steps: int) -> dict:
+    """Full run only: one policy per ablation variant, trained like the shipped one.
+
+    Each variant gets the shipped run's `train_config.json` (same graphs, seed, budget, menus)
+    with only its heads switched and a fixed step count, so the variants differ in what they
+    learn and nothing else. Training runs in `runs/ablation/` (git-ignored, resumable); the
+    exported policies are copied to `OUT/ablation_policies/` so the table's records point at
+    committed weights. The uniform-BRKGA baseline cache is handed from one variant to the
+    next: same graphs, devices and seeds, so the same values."""
+    from regal.train import BASELINES_FILE, TrainConfig, train
 
     stored = json.loads((shipped / "train_config.json").read_text())
-    dirs = {}
+    dirs, previous = {}, None
     for label, learn, elite in ABLATIONS:
-        run = out / "ablation_runs" / f"{learn}_{'elite' if elite else 'noelite'}"
-        config = TrainConfig(**dict(stored, out=str(run), learn=learn, learn_elite_bias=elite))
-        train(config, resume=(run / "checkpoint.npz").exists())
-        dirs[label] = str(run / "policy")
+        name = f"{learn}_{'elite' if elite else 'noelite'}"
+        run = REPO / "runs" / "ablation" / name
+        resume = (run / "checkpoint.npz").exists()
+        if not resume and previous is not None and (previous / BASELINES_FILE).exists():
+            run.mkdir(parents=True, exist_ok=True)
+            shutil.copy(previous / BASELINES_FILE, run / BASELINES_FILE)
+        config = TrainConfig(**dict(stored, out=str(run), learn=learn, learn_elite_bias=elite,
+                                    steps=steps, max_minutes=None))
+        print(f"ablation variant '{label}': training {steps} steps in {run}", flush=True)
+        train(config, resume=resume)
+        target = out / "ablation_policies" / name
+        target.mkdir(parents=True, exist_ok=True)
+        for file in (run / "policy").iterdir():
+            shutil.copy(file, target / file.name)
+        dirs[label] = str(target)
+        previous = run
     return dirs
 
 
@@ -215,6 +235,9 @@ def main(argv=None) -> int:
     parser.add_argument("--ablation", choices=("auto", "inference", "skip"), default="auto",
                         help="Table 3: auto = inference-time with --quick, trained variants "
                         "otherwise; inference = switch heads off on one set of weights")
+    parser.add_argument("--ablation-steps", type=int, default=SHIPPED_STEPS,
+                        help="training steps per trained ablation variant (default: the "
+                        f"shipped policy's {SHIPPED_STEPS})")
     args = parser.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
     for key in ("test_graphs", "real_graphs", "large_graphs", "seeds"):
@@ -273,10 +296,14 @@ def main(argv=None) -> int:
                          "BRKGA's choice (uniform Beta / elite bias 0.7) at inference. The full "
                          "run trains each variant.")
     else:
-        dirs = train_ablation_policies(out, resolve_policy_dir(policy_dir))
+        dirs = train_ablation_policies(out, resolve_policy_dir(policy_dir), args.ablation_steps)
         variants = {label: {"policy_dir": portable_policy_dir(d),
                             "policy_hash": policy_content_hash(d)} for label, d in dirs.items()}
-        ablation_note = "Full run: each variant trained separately with the shipped settings."
+        ablation_note = (f"Trained ablation: each variant trained from scratch for "
+                         f"{args.ablation_steps} steps with the shipped policy's training "
+                         "settings (same graphs, seed, budget, menus), only its heads switched; "
+                         "a head that is not learned plays plain BRKGA's choice (uniform Beta / "
+                         "elite bias 0.7). Weights in ablation_policies/.")
     for options in variants.values():
         harness.run_experiment(["regal"], {"synth_test": test}, out, devices=list(cfg["devices"]),
                                method_options={"regal": options}, **common)
