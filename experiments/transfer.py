@@ -143,13 +143,18 @@ def markdown(rows, title, note="") -> str:
     for row in rows:
         groups[(row["dataset"], row["devices"])].append(row)
     for (dataset, devices), group in sorted(groups.items()):
-        lines += [f"### {dataset}, {devices} devices, peak memory ({group[0]['graphs']} graphs)",
+        graphs = max(row["graphs"] for row in group)
+        lines += [f"### {dataset}, {devices} devices, peak memory ({graphs} graphs)",
                   "", "| method | improvement over BRKGA-5K (%) | Wilcoxon p | wins/losses | "
                   "gap from best (%) | headroom captured (%) | mean wall (s) | failed |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for row in sorted(group, key=lambda r: -(r["improvement_pct"] or -1e9)):
+            # a method stopped early (e.g. a killed CP-SAT run) covers fewer graphs: say so;
+            # its figures are over the graphs it has
+            label = row["label"] + (f" ({row['graphs']} of {graphs} graphs)"
+                                    if row["graphs"] < graphs else "")
             lines.append(
-                f"| {row['label']} | {_fmt(row['improvement_pct'], signed=True)} | "
+                f"| {label} | {_fmt(row['improvement_pct'], signed=True)} | "
                 f"{_p(row['p_value'])} | {row['wins']}/{row['losses']} | {_fmt(row['gap_pct'])} | "
                 f"{_fmt(row['headroom_pct'], 1)} | {_fmt(row['mean_wall_s'], 2)} | "
                 f"{row['failed']} |")
@@ -193,7 +198,10 @@ def train_ablation_policies(out: Path, shipped: Path, steps: int) -> dict:
     learn and nothing else. Training runs in `runs/ablation/` (git-ignored, resumable); the
     exported policies are copied to `OUT/ablation_policies/` so the table's records point at
     committed weights. The uniform-BRKGA baseline cache is handed from one variant to the
-    next: same graphs, devices and seeds, so the same values."""
+    next: same graphs, devices and seeds, so the same values. Weights already in
+    `OUT/ablation_policies/NAME/` that were trained for `steps` steps (their `training.json`)
+    are reused as they are, so a rerun (or a fresh clone) does not retrain; delete the folder
+    to retrain."""
     from regal.train import BASELINES_FILE, TrainConfig, train
 
     stored = json.loads((shipped / "train_config.json").read_text())
@@ -201,6 +209,12 @@ def train_ablation_policies(out: Path, shipped: Path, steps: int) -> dict:
     for label, learn, elite in ABLATIONS:
         name = f"{learn}_{'elite' if elite else 'noelite'}"
         run = REPO / "runs" / "ablation" / name
+        target = out / "ablation_policies" / name
+        made = target / "training.json"
+        if made.exists() and json.loads(made.read_text()).get("steps") == steps \
+                and (target / "weights.npz").exists():
+            dirs[label] = str(target)
+            continue
         resume = (run / "checkpoint.npz").exists()
         if not resume and previous is not None and (previous / BASELINES_FILE).exists():
             run.mkdir(parents=True, exist_ok=True)
@@ -209,10 +223,12 @@ def train_ablation_policies(out: Path, shipped: Path, steps: int) -> dict:
                                     steps=steps, max_minutes=None))
         print(f"ablation variant '{label}': training {steps} steps in {run}", flush=True)
         train(config, resume=resume)
-        target = out / "ablation_policies" / name
         target.mkdir(parents=True, exist_ok=True)
         for file in (run / "policy").iterdir():
             shutil.copy(file, target / file.name)
+        made.write_text(json.dumps({"steps": steps, "label": label, "run": str(run.relative_to(
+            REPO)), "train_config": json.loads((run / "train_config.json").read_text())},
+            indent=1) + "\n")
         dirs[label] = str(target)
         previous = run
     return dirs
@@ -332,6 +348,9 @@ def main(argv=None) -> int:
     gen = [r for r in metric_rows(records, {"large"}, cfg["large_devices"], table1_label)
            if r["label"]]
 
+    # baselines named by what the records hold (a resumed run may pass fewer --methods)
+    baselines_run = sorted({r["method"] for r in records
+                            if r["dataset"] in datasets and r["method"] != "regal"})
     biggest = sorted(real.glob("*.npz")) if "real" in datasets else sorted(test.glob("*.npz"))
     by_size = sorted(test.glob("*.npz"), key=lambda p: load_graph(p).num_nodes)
     timing_rows = timing([by_size[0], by_size[-1],
@@ -341,11 +360,11 @@ def main(argv=None) -> int:
               f"{policy_meta['hidden']}, {policy_meta['num_layers']} "
               f"layers); every method at 5,000 performance-model evaluations, "
               f"{cfg['seeds']} seed(s) per graph"
-              + (f"; cpsat time limit {cfg['cpsat_time']} s" if "cpsat" in methods else "")
+              + (f"; cpsat time limit {cfg['cpsat_time']} s" if "cpsat" in baselines_run else "")
               + f". Run {'--quick' if args.quick else 'full'}: {cfg['test_graphs']} synthetic "
               f"test graphs, {cfg['real_graphs'] if cfg['real_graphs'] is not None else 'all'} "
               f"real graphs, {cfg['large_graphs']} large graphs; baselines: "
-              f"{', '.join(methods)}. Improvement = mean over graphs of "
+              f"{', '.join(baselines_run)}. Improvement = mean over graphs of "
               f"(BRKGA-5K - method) / BRKGA-5K; p = two-sided Wilcoxon signed-rank test on the "
               f"per-graph objectives vs BRKGA-5K; gap from best uses the best objective any "
               f"record in this folder reached on the graph; headroom = improvement / best-known "
