@@ -32,8 +32,9 @@ further 1.1-1.2x; a branch-free first free, interleaved copy state and short uns
 lists ~5% more; then sorted ready lists, reader lists per transfer, the sorted event array
 and the bytes inside the copy record 1.14x (d=2) to 1.24x (d=8); then one pass over all of a
 finished op's consumers (its outputs are contiguous in the consumer CSR) and starting a transfer
-at once on an idle, empty channel when its producer is the instant's last event 1.09x (d=2) to
-1.17x (d=8); tried without a measurable
+at once on an idle, empty channel when its producer is the instant's last event 1.06x (d=2),
+1.16x (d=4), 1.05x (d=8) on an idle but noisy machine (1.09-1.17x under load); tried without
+a measurable
 gain: packing per-op arrays into one record, sorted lists for channels, no branch on a
 consumer's device): the loop is bound by data-dependent branches and dependent loads. So
 every array index goes through `_u` (unsigned: no negative-index wraparound code, -13%),
@@ -550,6 +551,8 @@ def _run(S, d, dev, prio, tprio, W, peak):
                             te = now + transfer_time[_u(T)]
                             if fast and not chan_busy[_u(c)] and chan_size[_u(c)] == 0 \
                                     and te != now:
+                                # phase (b)'s transfer start, inline: a shared helper measured
+                                # 3-7% slower at d = 4..8
                                 chan_busy[_u(c)] = True
                                 x = live[_u(kw)] + size[_u(T)]
                                 live[_u(kw)] = x
