@@ -214,6 +214,7 @@ def train_ablation_policies(out: Path, shipped: Path, steps: int) -> dict:
         if made.exists() and json.loads(made.read_text()).get("steps") == steps \
                 and (target / "weights.npz").exists():
             dirs[label] = str(target)
+            previous = run  # its baseline cache, if this machine trained it, still serves
             continue
         resume = (run / "checkpoint.npz").exists()
         if not resume and previous is not None and (previous / BASELINES_FILE).exists():
