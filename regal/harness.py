@@ -260,8 +260,23 @@ def run_task(task: Task, graph=None, method=None) -> dict:
     return record
 
 
-def _init_worker(threads: int) -> None:
-    """Each pool worker gets its share of the cores for numba's batch evaluator."""
+def _exit_with_parent(poll_seconds: float = 0.5) -> None:
+    """Ends this process soon after its parent dies (however it died: a SIGKILL runs no
+    cleanup), so a killed experiment leaves no orphan worker finishing a queued run."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _set_threads(threads: int) -> None:
+    """Each worker gets its share of the cores for numba's batch evaluator."""
     try:
         import numba
         numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
@@ -269,8 +284,14 @@ def _init_worker(threads: int) -> None:
         pass
 
 
+def _init_worker(threads: int) -> None:
+    """A local pool worker: its share of the cores, and an exit when the experiment dies."""
+    _exit_with_parent()
+    _set_threads(threads)
+
+
 def _run_in_worker(task: Task, graph, method, threads: int) -> dict:
-    _init_worker(threads)
+    _set_threads(threads)
     return run_task(task, graph, method)
 
 

@@ -177,6 +177,56 @@ def test_resume_after_sigkill(graph_dir, tmp_path):
     assert _comparable(resumed) == _comparable(_lines(clean / harness.RECORDS_FILE))
 
 
+_ORPHAN_SCRIPT = """
+import os, sys, time
+from regal import harness, optimizers
+
+def stuck(problem, budget, seed):
+    with open(os.path.join(sys.argv[3], f"{os.getpid()}.pid"), "w"):
+        pass
+    time.sleep(120)
+
+optimizers.register("stuck", stuck)
+if __name__ == "__main__":
+    harness.run_experiment(["stuck"], sys.argv[1], sys.argv[2], seeds=1, budgets=10,
+                           workers=2, progress=False)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running (an exited process nobody has reaped yet, a zombie, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):  # gone meanwhile, or no /proc (not Linux): kill said alive
+        return sys.platform != "linux"
+
+
+def test_pool_workers_exit_when_the_experiment_is_killed(graph_dir, tmp_path):
+    """A SIGKILL runs no cleanup; the workers must notice on their own and not sit on."""
+    script = tmp_path / "experiment.py"
+    script.write_text(_ORPHAN_SCRIPT)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    proc = subprocess.Popen([sys.executable, str(script), str(graph_dir), str(tmp_path / "out"),
+                             str(pids)], cwd=ROOT)
+    deadline = time.time() + 90
+    while time.time() < deadline and len(list(pids.iterdir())) < 2:
+        time.sleep(0.05)
+    workers = [int(p.stem) for p in pids.iterdir()]
+    assert len(workers) == 2 and all(_alive(w) for w in workers)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 20
+    while time.time() < deadline and any(_alive(w) for w in workers):
+        time.sleep(0.1)
+    assert not any(_alive(w) for w in workers), "pool workers outlived the killed experiment"
+
+
 def test_ray_and_local_pool_give_identical_records(graph_dir, tmp_path):
     ray = pytest.importorskip("ray")
     kwargs = dict(seeds=2, budgets=BUDGET, progress=False)
