@@ -6,6 +6,7 @@ objectives equal to 1e-9 relative, feasibility equal (DESIGN §4, regal/sim/SIM_
 import numpy as np
 
 import regal.sim as sim
+from regal.sim import kernel
 from graphgen import random_case
 from sim_reference import (reference_decode, reference_objective, reference_simulate,
                            relative_close)
@@ -108,3 +109,41 @@ def test_evaluate_agrees_with_reference_on_decoded_keys():
                                       f"reference {want} compiled {scores[i]}")
     assert checked == NUM_POPULATION_GRAPHS * POPULATION * 2
     assert not mismatches, f"{len(mismatches)}/{checked} disagree:\n" + "\n".join(mismatches[:5])
+
+
+def _bytes_scaled(graph, factor: int):
+    """The same graph with every byte count times `factor` (the costs stay)."""
+    return graph._replace(temporary_memory=graph.temporary_memory * factor,
+                          persistent_memory=graph.persistent_memory * factor,
+                          tensor_size=graph.tensor_size * factor)
+
+
+def test_agreement_with_byte_counts_beyond_int32():
+    """Graphs whose tensors pass 2**31 bytes take the kernel's int64 byte path (small ones
+    take the int32 path); both must agree with the reference."""
+    factor = 3 * 2 ** 30 + 7
+    mismatches, wide = [], 0
+    for seed in range(100):
+        case, _ = _case(20_000 + seed)
+        g = case["graph"]
+        big = _bytes_scaled(g, factor)
+        if case["memory_limit"] is not None:
+            case["memory_limit"] = (case["memory_limit"] * factor
+                                    if np.ndim(case["memory_limit"]) == 0
+                                    else [m * factor for m in case["memory_limit"]])
+        devices = _devices(case)
+        narrow = kernel.prepare(g, devices)[6].dtype == np.int32
+        wide += kernel.prepare(big, devices)[6].dtype == np.int64
+        assert narrow
+        ref = reference_simulate(big, case["count"], case["memory_limit"], case["bandwidth"],
+                                 case["latency"], case["placement"], case["priority"],
+                                 case["transfer_priority"])
+        res = sim.simulate(big, devices, case["placement"], case["priority"],
+                           case["transfer_priority"])
+        if not ([int(p) for p in res.peak] == ref["peak"]
+                and relative_close(float(res.makespan), ref["makespan"])
+                and bool(res.feasible) == ref["feasible"]):
+            mismatches.append(_describe(seed, case, ref, dict(peak=res.peak.tolist(),
+                                                              makespan=res.makespan)))
+    assert wide >= 80   # graphs with no byte at all stay int32
+    assert not mismatches, f"{len(mismatches)}/100 disagree:\n" + "\n".join(mismatches[:5])

@@ -110,20 +110,40 @@ def prepare(graph, devices) -> tuple:
     op_alias = np.zeros(n, dtype=np.bool_)  # ops with an alias output
     op_alias[producer[alias >= 0]] = True
     transfer_time = devices.transfer_time(size)
+    temp = np.ascontiguousarray(graph.temporary_memory, dtype=np.int64)
+    # Byte counts the loop reads (and the copy records) are int32 when every one of them
+    # fits, as in all but the largest models: the hot data then fits the cache better
+    # (measured 1.1x at n=500, d=2). Sums (live, peak) stay int64 either way.
+    fits = max(temp.max(initial=0), output_bytes.max(initial=0), size.max(initial=0)) < 2 ** 31
+    byte_type = np.int32 if fits else np.int64
+    # What the loop reads about an op, side by side (one cache line holds two ops): its
+    # outputs' consumer-CSR slots [0, 1), its distinct input slots [2, 3), its control
+    # successors [4, 5), temporary bytes, output bytes (measured 1.03x over separate arrays)
+    op_rec = np.empty((n, 8), dtype=byte_type)
+    cptr = consumer_ptr[np.asarray(graph.output_ptr)]
+    op_rec[:, 0] = cptr[:-1]
+    op_rec[:, 1] = cptr[1:]
+    op_rec[:, 2] = unique_input_ptr[:-1]
+    op_rec[:, 3] = unique_input_ptr[1:]
+    op_rec[:, 4] = control_succ_ptr[:-1]
+    op_rec[:, 5] = control_succ_ptr[1:]
+    op_rec[:, 6] = temp
+    op_rec[:, 7] = output_bytes
+    op_rec = op_rec.reshape(-1)
 
     return (
         np.ascontiguousarray(graph.compute_cost, dtype=np.float64),
-        np.ascontiguousarray(graph.temporary_memory, dtype=np.int64),
+        temp.astype(byte_type),
         np.ascontiguousarray(graph.persistent_memory, dtype=np.int64),
-        output_bytes,
-        producer, producer_bytes, size, alias, forever,
+        output_bytes.astype(byte_type),
+        producer, producer_bytes.astype(byte_type), size.astype(byte_type), alias, forever,
         np.ascontiguousarray(transfer_time, dtype=np.float64),
         np.ascontiguousarray(graph.output_ptr, dtype=I32),
         consumer_ptr, consumer,
         unique_input_ptr, unique_input, edge_position,
         control_succ_ptr, control_succ, wait0, alias_slot,
         edge_tensor, roots, num_outputs,
-        op_alias,
+        op_alias, op_rec,
     )
 
 
@@ -147,7 +167,7 @@ def _alloc_work(S, d, trace):
     rec_e = e if trace else 0
     rec_c = (t + e) if trace else 0
     rec_m = (d + 2 * n + t + 2 * e) if trace else 0
-    copy_state = np.empty(4 * (t + e), np.int64)
+    copy_state = np.empty(4 * (t + e), size.dtype)  # int32 or int64, like the byte counts
     for T in range(t):
         copy_state[4 * T + 2] = -1
         copy_state[4 * T + 3] = producer_bytes[T]
@@ -398,7 +418,8 @@ def _run(S, d, dev, prio, tprio, W, peak):
     """Simulates one individual; writes `peak` [d] and returns the makespan (-1 on a bug)."""
     (cost, temp, pers, output_bytes, producer, producer_bytes, size, alias, forever,
      transfer_time, output_ptr, consumer_ptr, consumer, uin_ptr, uin, edge_position,
-     csucc_ptr, csucc, wait0, alias_slot, edge_tensor, roots, num_outputs, op_alias) = S
+     csucc_ptr, csucc, wait0, alias_slot, edge_tensor, roots, num_outputs, op_alias,
+     op_rec) = S
     wait, op_heap, op_heap_key, dev_off, dev_size, dev_busy, mark_t, mark_tr = W[0:8]
     tr_tensor, copy_dev, _, copy_state, next_reader, uin_copy = W[8:14]
     chan_off, chan_size, chan_heap, chan_heap_key, chan_busy, dirty_chan = W[14:20]
@@ -474,7 +495,7 @@ def _run(S, d, dev, prio, tprio, W, peak):
                                dev_size[_u(k)])
                 dev_size[_u(k)] -= 1
                 dev_busy[_u(k)] = True
-                x = live[_u(k)] + temp[_u(v)] + output_bytes[_u(v)]
+                x = live[_u(k)] + op_rec[_u(8 * v + 6)] + op_rec[_u(8 * v + 7)]
                 live[_u(k)] = x
                 peak[_u(k)] = max(peak[_u(k)], x)
                 _record(mem_t, mem_d, mem_v, counters, k, x, now)
@@ -522,13 +543,12 @@ def _run(S, d, dev, prio, tprio, W, peak):
                 # channel would be that channel's only candidate in phase (b), and nothing
                 # on its destination is freed before then, so it starts at once
                 fast = not tracing and (nev == 0 or ev_time[_u(nev - 1)] != now)
-                live[_u(k)] -= temp[_u(v)]
+                live[_u(k)] -= op_rec[_u(8 * v + 6)]
                 _record(mem_t, mem_d, mem_v, counters, k, live[_u(k)], now)
                 # one pass over the consumers of all of v's outputs (contiguous in the CSR):
                 # consumers here lose one wait; the first consumer on each other device
                 # makes the transfer there (named by its slot), which all of them read
-                for j in range(consumer_ptr[_u(output_ptr[_u(v)])],
-                               consumer_ptr[_u(output_ptr[_u(v + 1)])]):
+                for j in range(op_rec[_u(8 * v)], op_rec[_u(8 * v + 1)]):
                     T = edge_tensor[_u(j)]
                     copy_state[_u(4 * T + 1)] = k
                     w = consumer[_u(j)]
@@ -581,12 +601,12 @@ def _run(S, d, dev, prio, tprio, W, peak):
                             h = uin_copy[_u(s)]
                             copy_state[_u(4 * h)] += 1
                             copy_state[_u(4 * T + 2)] = h
-                for j in range(csucc_ptr[_u(v)], csucc_ptr[_u(v + 1)]):
+                for j in range(op_rec[_u(8 * v + 4)], op_rec[_u(8 * v + 5)]):
                     w = csucc[_u(j)]
                     n_dirty_dev = _count_down(w, dev[_u(w)], wait, op_heap, op_heap_key, dev_heap,
                                               dev_off, dev_size, dev_busy, dirty_dev,
                                               n_dirty_dev, prio)
-                for j in range(uin_ptr[_u(v)], uin_ptr[_u(v + 1)]):
+                for j in range(op_rec[_u(8 * v + 2)], op_rec[_u(8 * v + 3)]):
                     _release(uin_copy[_u(j)], copy_state, live,
                              mem_t, mem_d, mem_v, counters, now)
             else:
