@@ -391,8 +391,10 @@ def test_evaluate_rejects_bad_input():
         evaluate(g, dv, np.zeros(8))
     nan = np.zeros((2, 8))
     nan[1, 3] = np.nan
-    with pytest.raises(ValueError, match="keys"):
+    with pytest.raises(ValueError, match="keys: individual 1, gene 3 is NaN"):
         evaluate(g, dv, nan)
+    nan[1, 3] = np.inf    # infinities are keys like any other (they only get compared)
+    assert np.isfinite(evaluate(g, dv, nan)).all()
     with pytest.raises(ValueError, match="objective"):
         evaluate(g, dv, np.zeros((2, 8)), objective="speed")
     with pytest.raises(ValueError, match="threads"):

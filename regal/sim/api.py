@@ -205,9 +205,8 @@ def evaluate(graph, devices: DeviceSpec, keys, objective: str = "peak_memory",
     if keys.ndim != 2 or keys.shape[1] != genes:
         raise ValueError(f"keys: expected shape [population, {genes}] ({n} ops x ({d} devices"
                          f" + 2)), got {keys.shape}")
-    nan = np.isnan(keys)
-    if nan.any():
-        i, j = np.argwhere(nan)[0]
+    if keys.size and np.isnan(keys.min()):  # min is NaN iff a key is: one pass, no mask
+        i, j = np.argwhere(np.isnan(keys))[0]
         raise ValueError(f"keys: individual {i}, gene {j} is NaN")
     max_threads = numba.config.NUMBA_NUM_THREADS
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
