@@ -24,7 +24,8 @@ Per individual:
     copies t + r the destination copies of transfer r. Each copy knows its device, its bytes
     and the copy it holds alive (an alias's home copy holds its source's copy there), so
     every free, with its alias cascade, is one short loop without case analysis. Count,
-    device, hold and bytes sit side by side in `copy_state` (one cache line per release).
+    device, hold and bytes sit side by side in `copy_state` (one cache line per release),
+    as int32 unless some byte count of the graph needs int64.
 
 Speed notes (measured with CPU time, one thread, vs the first version: 1.3x at every n, d;
 making transfers lazily cut the per-individual setup from ~12 to ~2 µs at n=500, d=2, a
@@ -33,10 +34,14 @@ lists ~5% more; then sorted ready lists, reader lists per transfer, the sorted e
 and the bytes inside the copy record 1.14x (d=2) to 1.24x (d=8); then one pass over all of a
 finished op's consumers (its outputs are contiguous in the consumer CSR) and starting a transfer
 at once on an idle, empty channel when its producer is the instant's last event 1.06x (d=2),
-1.16x (d=4), 1.05x (d=8) on an idle but noisy machine (1.09-1.17x under load); tried without
-a measurable
-gain: packing per-op arrays into one record, sorted lists for channels, no branch on a
-consumer's device): the loop is bound by data-dependent branches and dependent loads. So
+1.16x (d=4), 1.05x (d=8) on an idle but noisy machine (1.09-1.17x under load); then int32
+byte counts (16-byte copy records) and one 8-field record per op 1.13x (d=2), 1.09x (d=4),
+1.08x (d=8), 1.16x (n=2000) (median of 7 interleaved rounds, idle): the hot data is ~3x the
+32 KB L1, so bytes saved there pay; tried without a measurable gain: a 6-field op record,
+records per consumer slot, densely numbered destination copies, a per-op (wait, device,
+priority) record, copying the priorities before the run, sorted lists for channels, no
+branch on a consumer's device): the loop is bound by data-dependent branches (cachegrind:
+~29k branches, ~221k instructions per n=500, d=2 individual) and dependent loads. So
 every array index goes through `_u` (unsigned: no negative-index wraparound code, -13%),
 frees are one loop over copies, and a device or channel enters the phase-(b) list only when
 it can start something (became idle with work queued, or got its first item while idle).
