@@ -39,9 +39,12 @@ byte counts (16-byte copy records) and one 8-field record per op 1.13x (d=2), 1.
 1.08x (d=8), 1.16x (n=2000) (median of 7 interleaved rounds, idle): the hot data is ~3x the
 32 KB L1, so bytes saved there pay; tried without a measurable gain: a 6-field op record,
 records per consumer slot, densely numbered destination copies, a per-op (wait, device,
-priority) record, copying the priorities before the run, sorted lists for channels, no
-branch on a consumer's device): the loop is bound by data-dependent branches (cachegrind:
-~29k branches, ~221k instructions per n=500, d=2 individual) and dependent loads. So
+priority) record, copying the priorities before the run, the cost inside the op record,
+12-byte copy records (count and device in one word: 0.93x), transfer times recomputed from
+sizes (0.96x), each slot's consumer device gathered up front, sorted lists for channels, no
+branch on a consumer's device; identical kernels measure 0.99-1.07x in these A/Bs): the
+loop is bound by data-dependent branches (cachegrind: ~29k branches, ~221k instructions per
+n=500, d=2 individual) and dependent loads. So
 every array index goes through `_u` (unsigned: no negative-index wraparound code, -13%),
 frees are one loop over copies, and a device or channel enters the phase-(b) list only when
 it can start something (became idle with work queued, or got its first item while idle).
@@ -118,12 +121,13 @@ def prepare(graph, devices) -> tuple:
     temp = np.ascontiguousarray(graph.temporary_memory, dtype=np.int64)
     # Byte counts the loop reads (and the copy records) are int32 when every one of them
     # fits, as in all but the largest models: the hot data then fits the cache better
-    # (measured 1.1x at n=500, d=2). Sums (live, peak) stay int64 either way.
+    # (with the op record below 1.13x at n=500, d=2). Sums (live, peak) stay int64 either way.
     fits = max(temp.max(initial=0), output_bytes.max(initial=0), size.max(initial=0)) < 2 ** 31
     byte_type = np.int32 if fits else np.int64
     # What the loop reads about an op, side by side (one cache line holds two ops): its
     # outputs' consumer-CSR slots [0, 1), its distinct input slots [2, 3), its control
-    # successors [4, 5), temporary bytes, output bytes (measured 1.03x over separate arrays)
+    # successors [4, 5), temporary bytes, output bytes (1.03x over separate arrays in one
+    # A/B: within the noise, where identical kernels measure 0.99-1.07x; kept as no slower)
     op_rec = np.empty((n, 8), dtype=byte_type)
     cptr = consumer_ptr[np.asarray(graph.output_ptr)]
     op_rec[:, 0] = cptr[:-1]
