@@ -147,3 +147,24 @@ def test_agreement_with_byte_counts_beyond_int32():
                                                               makespan=res.makespan)))
     assert wide >= 80   # graphs with no byte at all stay int32
     assert not mismatches, f"{len(mismatches)}/100 disagree:\n" + "\n".join(mismatches[:5])
+
+
+def test_evaluate_with_byte_counts_beyond_int32():
+    """The batched evaluator on the int64 byte path (its own compilation) against the reference."""
+    factor = 3 * 2 ** 30 + 7
+    checked = 0
+    for seed in range(10):
+        case, rng = _case(30_000 + seed)
+        big, count = _bytes_scaled(case["graph"], factor), case["count"]
+        devices = sim.DeviceSpec(count=count, bandwidth=case["bandwidth"],
+                                 latency=case["latency"])
+        if kernel.prepare(big, devices)[6].dtype != np.int64:
+            continue
+        keys = _population(rng, big.num_nodes, count)
+        scores = sim.evaluate(big, devices, keys, "peak_memory")
+        for i, row in enumerate(keys):
+            ref = reference_simulate(big, count, None, case["bandwidth"], case["latency"],
+                                     *reference_decode(row, big.num_nodes, count))
+            assert scores[i] == max(ref["peak"]), (seed, i)
+            checked += 1
+    assert checked >= 40
