@@ -111,6 +111,9 @@ def test_evaluate_agrees_with_reference_on_decoded_keys():
     assert not mismatches, f"{len(mismatches)}/{checked} disagree:\n" + "\n".join(mismatches[:5])
 
 
+BIG = 3 * 2 ** 30 + 7   # byte counts times this pass 2**31: the kernel's int64 path
+
+
 def _bytes_scaled(graph, factor: int):
     """The same graph with every byte count times `factor` (the costs stay)."""
     return graph._replace(temporary_memory=graph.temporary_memory * factor,
@@ -121,19 +124,18 @@ def _bytes_scaled(graph, factor: int):
 def test_agreement_with_byte_counts_beyond_int32():
     """Graphs whose tensors pass 2**31 bytes take the kernel's int64 byte path (small ones
     take the int32 path); both must agree with the reference."""
-    factor = 3 * 2 ** 30 + 7
     mismatches, wide = [], 0
     for seed in range(100):
         case, _ = _case(20_000 + seed)
         g = case["graph"]
-        big = _bytes_scaled(g, factor)
+        big = _bytes_scaled(g, BIG)
         if case["memory_limit"] is not None:
-            case["memory_limit"] = (case["memory_limit"] * factor
+            case["memory_limit"] = (case["memory_limit"] * BIG
                                     if np.ndim(case["memory_limit"]) == 0
-                                    else [m * factor for m in case["memory_limit"]])
+                                    else [m * BIG for m in case["memory_limit"]])
         devices = _devices(case)
-        narrow = kernel.prepare(g, devices)[6].dtype == np.int32
-        wide += kernel.prepare(big, devices)[6].dtype == np.int64
+        narrow = kernel.prepare(g, devices)[kernel.S_SIZE].dtype == np.int32
+        wide += kernel.prepare(big, devices)[kernel.S_SIZE].dtype == np.int64
         assert narrow
         ref = reference_simulate(big, case["count"], case["memory_limit"], case["bandwidth"],
                                  case["latency"], case["placement"], case["priority"],
@@ -151,14 +153,13 @@ def test_agreement_with_byte_counts_beyond_int32():
 
 def test_evaluate_with_byte_counts_beyond_int32():
     """The batched evaluator on the int64 byte path (its own compilation) against the reference."""
-    factor = 3 * 2 ** 30 + 7
     checked = 0
     for seed in range(10):
         case, rng = _case(30_000 + seed)
-        big, count = _bytes_scaled(case["graph"], factor), case["count"]
+        big, count = _bytes_scaled(case["graph"], BIG), case["count"]
         devices = sim.DeviceSpec(count=count, bandwidth=case["bandwidth"],
                                  latency=case["latency"])
-        if kernel.prepare(big, devices)[6].dtype != np.int64:
+        if kernel.prepare(big, devices)[kernel.S_SIZE].dtype != np.int64:
             continue
         keys = _population(rng, big.num_nodes, count)
         scores = sim.evaluate(big, devices, keys, "peak_memory")

@@ -61,6 +61,9 @@ I32 = np.int32
 _MEM_EVENTS = 0   # number of memory-curve points recorded (trace mode)
 _TRANSFERS = 1    # number of transfers of the last individual
 
+# Index of the tensor sizes in `prepare`'s tuple: their dtype is the kernel's byte type.
+S_SIZE = 4
+
 # Indices into the work tuple that `api.trace` reads.
 W_TR_TENSOR = 8
 W_COPY_DEV = 9    # copy t + r lives on transfer r's destination
@@ -142,15 +145,11 @@ def prepare(graph, devices) -> tuple:
 
     return (
         np.ascontiguousarray(graph.compute_cost, dtype=np.float64),
-        temp.astype(byte_type),
         np.ascontiguousarray(graph.persistent_memory, dtype=np.int64),
-        output_bytes.astype(byte_type),
-        producer, producer_bytes.astype(byte_type), size.astype(byte_type), alias, forever,
+        producer, producer_bytes.astype(byte_type), size.astype(byte_type), forever,
         np.ascontiguousarray(transfer_time, dtype=np.float64),
         np.ascontiguousarray(graph.output_ptr, dtype=I32),
-        consumer_ptr, consumer,
-        unique_input_ptr, unique_input, edge_position,
-        control_succ_ptr, control_succ, wait0, alias_slot,
+        consumer, edge_position, control_succ, wait0, alias_slot,
         edge_tensor, roots, num_outputs,
         op_alias, op_rec,
     )
@@ -165,12 +164,11 @@ def _alloc_work(S, d, trace):
     slot of the first consumer of its tensor on its destination (so ids follow tensor order);
     its destination copy is copy t + that slot.
     """
-    producer_bytes = S[5]
-    size = S[6]
-    edge_tensor = S[20]
-    n = S[0].shape[0]
-    t = S[4].shape[0]
-    e = S[12].shape[0]
+    (cost, _, producer, producer_bytes, size, _, _, _,
+     consumer, _, _, _, _, edge_tensor, _, _, _, _) = S
+    n = cost.shape[0]
+    t = producer.shape[0]
+    e = consumer.shape[0]
     dd = d * d
     rec_n = n if trace else 0
     rec_e = e if trace else 0
@@ -425,10 +423,9 @@ def _release(c, copy_state, live,
 @njit(cache=True, _nrt=False)
 def _run(S, d, dev, prio, tprio, W, peak):
     """Simulates one individual; writes `peak` [d] and returns the makespan (-1 on a bug)."""
-    (cost, temp, pers, output_bytes, producer, producer_bytes, size, alias, forever,
-     transfer_time, output_ptr, consumer_ptr, consumer, uin_ptr, uin, edge_position,
-     csucc_ptr, csucc, wait0, alias_slot, edge_tensor, roots, num_outputs, op_alias,
-     op_rec) = S
+    (cost, pers, producer, producer_bytes, size, forever, transfer_time, output_ptr,
+     consumer, edge_position, csucc, wait0, alias_slot, edge_tensor, roots, num_outputs,
+     op_alias, op_rec) = S
     wait, op_heap, op_heap_key, dev_off, dev_size, dev_busy, mark_t, mark_tr = W[0:8]
     tr_tensor, copy_dev, _, copy_state, next_reader, uin_copy = W[8:14]
     chan_off, chan_size, chan_heap, chan_heap_key, chan_busy, dirty_chan = W[14:20]
