@@ -7,12 +7,23 @@ a handful of distinct values (REGAL's policy picks them from a small menu), so
 genes are grouped by their (alpha, beta) pair and each group is drawn with
 scalar parameters, by an exact closed form where one exists:
 
-    Beta(1, 1) = U                  Beta(a, 1) = U**(1/a)      Beta(1, b) = 1 - U**(1/b)
-    Beta(1/2, 1/2) = sin^2(pi U / 2) = (1 - cos(pi U)) / 2
-    Beta(a, b), integer a, b: Ga / (Ga + Gb), Ga = -log(U_1 ... U_a) ~ Gamma(a)
+    Beta(1, 1) = U          Beta(2, 1) = sqrt(U)        Beta(1, b) = 1 - Beta(b, 1)
+    Beta(2, 2) = median(U_1, U_2, U_3), on the raw 32-bit integers
+    Beta(a, b), integers = the a-th smallest of a + b - 1 uniforms
+               = prod_{j=a}^{a+b-1} U_j**(1/j) = exp(sum_j log(U_j) / j)   (b factors;
+                 1 - the same with a and b swapped when a < b: min(a, b) factors)
+    Beta(1/2, 1/2): (U, V) uniform in the quarter disk (rejection, 79% kept), U^2 / (U^2 + V^2)
     Beta(a, b), a, b < 1: Johnk's rejection (X = U**(1/a), Y = V**(1/b), keep X + Y <= 1)
 
-and numpy's `Generator.beta` otherwise.
+and numpy's `Generator.beta` otherwise. The product form is Renyi's: the largest
+of m uniforms is U**(1/m), and given it the others are uniform below it. Each form
+is exact (up to the 2**-32 grid of U); per variate on this machine (2-core EPYC VM):
+log + scale + exp 1.9 ns against `power` 2.7 ns; Beta(5, 2) from two factors 7.7 ns
+against 17 ns for Gamma(5) / (Gamma(5) + Gamma(2)) from products of uniforms; the
+median of three 4.9 ns against 11 ns for two Gamma(2); the quarter disk 9.2 ns
+against 15 ns for (1 - cos(pi U)) / 2; Johnk with logs 12.5 ns against 14.7 ns with
+`power`. 20 mutants over REGAL's 8-pair menu at 3,000 genes: ~760 -> ~420 us
+(median of 5 interleaved rounds; experiments/bench_brkga.py has the whole run).
 """
 
 from __future__ import annotations
@@ -22,8 +33,10 @@ import math
 import numpy as np
 
 _TWO_M32 = 2.0 ** -32
-_MAX_GAMMA_SUM = 12     # integer a + b up to this use the product-of-uniforms form
+_MAX_ORDER_FACTORS = 8  # integer (a, b) with min(a, b) up to this use the order-statistic form
+_MAX_ORDER_RANK = 1000  # ... and max(a, b) up to this (past it numpy's beta is the safer bet)
 _JOHNK_MIN = 0.05       # below this U**(1/a) underflows too often; numpy's beta is safer
+_DISK_KEEP = math.pi / 4
 
 
 def uniform(rng: np.random.Generator, size: int, out: np.ndarray | None = None,
@@ -34,32 +47,74 @@ def uniform(rng: np.random.Generator, size: int, out: np.ndarray | None = None,
     if out is None:
         out = np.empty(size)
     out = out.reshape(-1)
-    np.multiply(halves, _TWO_M32, out=out)
+    np.copyto(out, halves)                      # a plain cast, then a float64 multiply:
+    out *= _TWO_M32                             # 22 vs 28 us per 60,000 for uint32 * float
     if positive:
         out += _TWO_M32
     return out
 
 
-def _minus_gamma(rng: np.random.Generator, shape: int, out: np.ndarray,
-                 scratch: np.ndarray) -> np.ndarray:
-    """-Gamma(shape) for integer `shape`, as log(U_1 ... U_shape) with U in (0, 1]."""
-    uniform(rng, len(out), out=out, positive=True)
-    for _ in range(shape - 1):
-        out *= uniform(rng, len(out), out=scratch, positive=True)
-    return np.log(out, out=out)
+def _median_of_three(rng: np.random.Generator, out: np.ndarray) -> np.ndarray:
+    """Beta(2, 2): the median of three uniforms, taken on their 32-bit integers."""
+    size = len(out)
+    ints = rng.bit_generator.random_raw((3 * size + 1) // 2).view(np.uint32)
+    a, b, c = ints[:size], ints[size:2 * size], ints[2 * size:3 * size]
+    low = np.minimum(a, b)
+    np.maximum(a, b, out=a)
+    np.minimum(a, c, out=a)
+    np.maximum(low, a, out=low)
+    return np.multiply(low, _TWO_M32, out=out)
+
+
+def _order_statistic(rng: np.random.Generator, a: int, b: int, out: np.ndarray) -> np.ndarray:
+    """Beta(a, b) for integers: the a-th smallest of a + b - 1 uniforms (see the module doc)."""
+    flip = a < b                                # draw the fewer factors, then mirror
+    low, count = (b, a) if flip else (a, b)
+    size = len(out)
+    logs = uniform(rng, count * size, positive=True).reshape(count, size)
+    np.log(logs, out=logs)
+    if count == 1:
+        np.multiply(logs[0], 1.0 / low, out=out)
+    else:
+        logs *= (1.0 / np.arange(low, low + count, dtype=np.float64))[:, None]
+        np.add(logs[0], logs[1], out=out)
+        for row in logs[2:]:
+            out += row
+    np.exp(out, out=out)
+    if flip:
+        np.subtract(1.0, out, out=out)
+    return out
+
+
+def _quarter_disk(rng: np.random.Generator, out: np.ndarray) -> np.ndarray:
+    """Beta(1/2, 1/2) = cos^2 of a uniform angle: U^2 / (U^2 + V^2), (U, V) uniform in the disk."""
+    filled = 0
+    while filled < len(out):
+        want = len(out) - filled
+        batch = int(want / _DISK_KEEP * 1.02) + 16
+        squares = uniform(rng, 2 * batch, positive=True).reshape(2, batch)
+        np.square(squares, out=squares)
+        u2, radius = squares
+        radius += u2
+        keep = np.flatnonzero(radius <= 1.0)[:want]
+        np.divide(u2[keep], radius[keep], out=out[filled:filled + len(keep)])
+        filled += len(keep)
+    return out
 
 
 def _johnk(rng: np.random.Generator, a: float, b: float, out: np.ndarray) -> np.ndarray:
-    """Johnk's exact rejection sampler for Beta(a, b) with a, b <= 1."""
+    """Johnk's exact rejection sampler for Beta(a, b) with a, b <= 1 (powers as exp of logs)."""
     accept = math.exp(math.lgamma(a + 1) + math.lgamma(b + 1) - math.lgamma(a + b + 1))
+    inverse = np.array([[1.0 / a], [1.0 / b]])
     filled = 0
     while filled < len(out):
         want = len(out) - filled
         batch = int(want / accept * 1.05) + 16
-        x = uniform(rng, batch, positive=True)
-        y = uniform(rng, batch, positive=True)
-        np.power(x, 1.0 / a, out=x)
-        np.power(y, 1.0 / b, out=y)
+        xy = uniform(rng, 2 * batch, positive=True).reshape(2, batch)
+        np.log(xy, out=xy)
+        xy *= inverse
+        np.exp(xy, out=xy)
+        x, y = xy
         y += x
         keep = np.flatnonzero(y <= 1.0)[:want]
         np.divide(x[keep], y[keep], out=out[filled:filled + len(keep)])
@@ -73,25 +128,23 @@ def beta_draws(rng: np.random.Generator, size: int, a: float, b: float,
     u = np.empty(size) if out is None else out.reshape(-1)
     if a == 1.0 and b == 1.0:
         uniform(rng, size, out=u)
-    elif b == 1.0:
+    elif a == 2.0 and b == 1.0:
         uniform(rng, size, out=u)
-        np.sqrt(u, out=u) if a == 2.0 else np.power(u, 1.0 / a, out=u)
-    elif a == 1.0:
-        uniform(rng, size, out=u)
-        np.power(u, 1.0 / b, out=u)
-        np.subtract(1.0, u, out=u)
-    elif a == 0.5 and b == 0.5:                 # sin^2(pi U / 2) = (1 - cos(pi U)) / 2
-        uniform(rng, size, out=u)
-        u *= np.pi
-        np.cos(u, out=u)
-        u *= -0.5
-        u += 0.5
-    elif a == int(a) and b == int(b) and a + b <= _MAX_GAMMA_SUM:
-        scratch, other = np.empty(size), np.empty(size)
-        _minus_gamma(rng, int(a), u, scratch)
-        _minus_gamma(rng, int(b), other, scratch)
-        other += u
-        np.divide(u, other, out=u)
+        np.sqrt(u, out=u)
+    elif a == 2.0 and b == 2.0:
+        _median_of_three(rng, u)
+    elif a == 0.5 and b == 0.5:
+        _quarter_disk(rng, u)
+    elif (a == int(a) and b == int(b) and min(a, b) <= _MAX_ORDER_FACTORS
+          and max(a, b) <= _MAX_ORDER_RANK):
+        _order_statistic(rng, int(a), int(b), u)
+    elif b == 1.0 or a == 1.0:                  # U**(1/a); 1 - U**(1/b)
+        uniform(rng, size, out=u, positive=True)
+        np.log(u, out=u)
+        u *= 1.0 / (a if b == 1.0 else b)
+        np.exp(u, out=u)
+        if a == 1.0:
+            np.subtract(1.0, u, out=u)
     elif _JOHNK_MIN <= a <= 1.0 and _JOHNK_MIN <= b <= 1.0:
         _johnk(rng, a, b, u)
     else:
@@ -157,7 +210,8 @@ class KeySampler:
         for (a, b), width in zip(self.pairs, self.width.tolist()):
             beta_draws(rng, count * width, a, b, out=grouped[start:start + count * width])
             start += count * width
-        np.take(grouped, self._gather_index(count), out=out)
+        # every index is in range: 'clip' skips numpy's bounds check (60 -> 35 us here)
+        np.take(grouped, self._gather_index(count), out=out, mode="clip")
         return out
 
 

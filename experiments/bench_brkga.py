@@ -10,6 +10,22 @@ picks an (alpha, beta) pair per key group from the policy's default menu).
 
     .venv/bin/python experiments/bench_brkga.py            # n=500, d=4, pop 100, budget 5000
     .venv/bin/python experiments/bench_brkga.py --repeats 3 --graph data/real/x.npz
+
+Measured (2-core EPYC VM shared with other jobs; --repeats 5, median of 3 runs
+alternating the previous and the current brkga/; evaluation ~2.0-2.4 ms a generation):
+
+| row | GA share, wall (before -> after) | GA share, CPU | GA's own work a generation |
+| --- | ---: | ---: | ---: |
+| regal brkga | 26.3% -> 25.3% | 15.9% -> 14.6% | ~0.66 ms (unchanged: results bit-identical) |
+| regal brkga, per-gene Beta | 43.3% -> 36.0% | 27.2% -> 22.7% | ~1.7 -> ~1.25 ms |
+
+The issue's 10% is out of reach for numpy alone here: breeding 60 children of 3,000
+genes is ~350 us single-threaded (two row gathers 68 us, three bitwise passes 154 us,
+random bytes, coins and parents ~100 us), already above the ~0.22 ms that 10% of a 2.2 ms
+generation allows, before mutants (~95 us uniform, ~440 us per-gene Beta) and the
+elite update (~17 us). Two threads do not help (see brkga/algorithm.py), and
+OMP_WAIT_POLICY=passive (numba's worker stops spinning between batches) moved the
+wall share by 1-2 points only (23.5% and 34.7%).
 """
 
 from __future__ import annotations

@@ -145,10 +145,16 @@ def test_uniform_when_no_beta_parameters():
     (2.0, 1.0),      # sqrt(U)
     (0.4, 1.0),      # U**(1/a), a < 1
     (1.0, 4.0),      # 1 - U**(1/b)
-    (0.5, 0.5),      # sin^2(pi U / 2)
-    (2.0, 2.0),      # Gamma(2) / (Gamma(2) + Gamma(2)) from products of uniforms
-    (2.0, 5.0),
-    (5.0, 2.0),
+    (0.5, 0.5),      # quarter disk: U^2 / (U^2 + V^2)
+    (2.0, 2.0),      # median of three 32-bit uniforms
+    (2.0, 5.0),      # order statistic: 1 - exp(log U / 5 + log V / 6)
+    (5.0, 2.0),      # order statistic: exp(log U / 5 + log V / 6)
+    (3.0, 4.0),      # order statistic, three factors, mirrored
+    (4.0, 3.0),      # order statistic, three factors
+    (6.0, 1.0),      # order statistic, one factor: U**(1/6)
+    (1.0, 3.5),      # 1 - U**(1/b) as exp of a log, non-integer b
+    (2.5, 1.0),      # U**(1/a) as exp of a log, non-integer a
+    (9.0, 9.0),      # integers past the order-statistic limit: numpy's beta
     (0.3, 0.3),      # Johnk
     (0.9, 0.2),      # Johnk, low acceptance
     (2.5, 3.5),      # numpy's beta
@@ -160,6 +166,32 @@ def test_each_beta_method_matches_its_distribution(a, b):
     assert stats.kstest(x, stats.beta(a, b).cdf).pvalue > 0.01
     # teeth: the neighbouring distribution is rejected
     assert stats.kstest(x, stats.beta(a * 1.25, b).cdf).pvalue < 1e-3
+
+
+@pytest.mark.parametrize("a, b", [(0.5, 0.5), (2.0, 2.0), (2.0, 5.0), (5.0, 2.0), (3.0, 4.0),
+                                  (0.3, 0.3)])
+def test_closed_forms_at_high_resolution(a, b):
+    # 300,000 draws: KS resolves a CDF error of ~0.3%; mean and variance against theory
+    x = beta_draws(np.random.default_rng(5), 300_000, a, b)
+    assert ((x >= 0) & (x <= 1)).all()
+    assert stats.kstest(x, stats.beta(a, b).cdf).pvalue > 1e-3
+    mean, var = stats.beta(a, b).stats()
+    assert abs(x.mean() - mean) < 4 * np.sqrt(var / len(x))
+    assert abs(x.var() - var) < 0.02 * var
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 17, 1001])
+def test_every_method_fills_exactly_the_requested_size(size):
+    for a, b in [(0.5, 0.5), (2.0, 2.0), (5.0, 2.0), (0.3, 0.3), (1.0, 3.5)]:
+        out = np.full(size + 2, -1.0)
+        beta_draws(np.random.default_rng(0), size, a, b, out=out[1:size + 1])
+        assert out[0] == out[-1] == -1.0                # nothing written outside
+        assert ((out[1:size + 1] >= 0) & (out[1:size + 1] <= 1)).all()
+
+
+def test_median_of_three_keeps_the_32_bit_grid():
+    k = beta_draws(np.random.default_rng(0), 10_000, 2.0, 2.0) * 2.0 ** 32
+    assert (k == np.floor(k)).all()
 
 
 def test_uniform_keys_are_exact_multiples_of_two_to_minus_32():
