@@ -12,8 +12,8 @@ scalar parameters, by an exact closed form where one exists:
     Beta(a, b), integers = the a-th smallest of a + b - 1 uniforms
                = prod_{j=a}^{a+b-1} U_j**(1/j) = exp(sum_j log(U_j) / j)   (b factors;
                  1 - the same with a and b swapped when a < b: min(a, b) factors)
-    Beta(1/2, 1/2): (U, V) uniform in the quarter disk (rejection, 79% kept), U^2 / (U^2 + V^2)
-    Beta(a, b), a, b < 1: Johnk's rejection (X = U**(1/a), Y = V**(1/b), keep X + Y <= 1)
+    Beta(a, b), a, b <= 1: Johnk's rejection (X = U**(1/a), Y = V**(1/b), keep X + Y <= 1);
+               at a = b = 1/2 the powers are squares: (U, V) in the quarter disk (79% kept)
 
 and numpy's `Generator.beta` otherwise. The product form is Renyi's: the largest
 of m uniforms is U**(1/m), and given it the others are uniform below it. Each form
@@ -36,7 +36,6 @@ _TWO_M32 = 2.0 ** -32
 _MAX_ORDER_FACTORS = 8  # integer (a, b) with min(a, b) up to this use the order-statistic form
 _MAX_ORDER_RANK = 1000  # ... and max(a, b) up to this (past it numpy's beta is the safer bet)
 _JOHNK_MIN = 0.05       # below this U**(1/a) underflows too often; numpy's beta is safer
-_DISK_KEEP = math.pi / 4
 
 
 def uniform(rng: np.random.Generator, size: int, out: np.ndarray | None = None,
@@ -86,34 +85,27 @@ def _order_statistic(rng: np.random.Generator, a: int, b: int, out: np.ndarray) 
     return out
 
 
-def _quarter_disk(rng: np.random.Generator, out: np.ndarray) -> np.ndarray:
-    """Beta(1/2, 1/2) = cos^2 of a uniform angle: U^2 / (U^2 + V^2), (U, V) uniform in the disk."""
-    filled = 0
-    while filled < len(out):
-        want = len(out) - filled
-        batch = int(want / _DISK_KEEP * 1.02) + 16
-        squares = uniform(rng, 2 * batch, positive=True).reshape(2, batch)
-        np.square(squares, out=squares)
-        u2, radius = squares
-        radius += u2
-        keep = np.flatnonzero(radius <= 1.0)[:want]
-        np.divide(u2[keep], radius[keep], out=out[filled:filled + len(keep)])
-        filled += len(keep)
-    return out
-
-
 def _johnk(rng: np.random.Generator, a: float, b: float, out: np.ndarray) -> np.ndarray:
-    """Johnk's exact rejection sampler for Beta(a, b) with a, b <= 1 (powers as exp of logs)."""
+    """Johnk's exact rejection sampler for Beta(a, b) with a, b <= 1.
+
+    X = U**(1/a), Y = V**(1/b), kept when X + Y <= 1: X / (X + Y) ~ Beta(a, b). Powers are
+    taken as exp of logs; at a = b = 1/2 they are squares, i.e. (U, V) uniform in the
+    quarter disk and U^2 / (U^2 + V^2) = cos^2 of a uniform angle.
+    """
     accept = math.exp(math.lgamma(a + 1) + math.lgamma(b + 1) - math.lgamma(a + b + 1))
+    squares = a == 0.5 and b == 0.5
     inverse = np.array([[1.0 / a], [1.0 / b]])
     filled = 0
     while filled < len(out):
         want = len(out) - filled
         batch = int(want / accept * 1.05) + 16
         xy = uniform(rng, 2 * batch, positive=True).reshape(2, batch)
-        np.log(xy, out=xy)
-        xy *= inverse
-        np.exp(xy, out=xy)
+        if squares:
+            np.square(xy, out=xy)
+        else:
+            np.log(xy, out=xy)
+            xy *= inverse
+            np.exp(xy, out=xy)
         x, y = xy
         y += x
         keep = np.flatnonzero(y <= 1.0)[:want]
@@ -133,8 +125,6 @@ def beta_draws(rng: np.random.Generator, size: int, a: float, b: float,
         np.sqrt(u, out=u)
     elif a == 2.0 and b == 2.0:
         _median_of_three(rng, u)
-    elif a == 0.5 and b == 0.5:
-        _quarter_disk(rng, u)
     elif (a == int(a) and b == int(b) and min(a, b) <= _MAX_ORDER_FACTORS
           and max(a, b) <= _MAX_ORDER_RANK):
         _order_statistic(rng, int(a), int(b), u)

@@ -145,7 +145,7 @@ def test_uniform_when_no_beta_parameters():
     (2.0, 1.0),      # sqrt(U)
     (0.4, 1.0),      # U**(1/a), a < 1
     (1.0, 4.0),      # 1 - U**(1/b)
-    (0.5, 0.5),      # quarter disk: U^2 / (U^2 + V^2)
+    (0.5, 0.5),      # Johnk with squares: the quarter disk
     (2.0, 2.0),      # median of three 32-bit uniforms
     (2.0, 5.0),      # order statistic: 1 - exp(log U / 5 + log V / 6)
     (5.0, 2.0),      # order statistic: exp(log U / 5 + log V / 6)
