@@ -38,11 +38,15 @@ _MAX_ORDER_RANK = 1000  # ... and max(a, b) up to this (past it numpy's beta is 
 _JOHNK_MIN = 0.05       # below this U**(1/a) underflows too often; numpy's beta is safer
 
 
+def _uint32s(rng: np.random.Generator, size: int) -> np.ndarray:
+    """`size` random 32-bit integers, two per raw 64-bit word."""
+    return rng.bit_generator.random_raw((size + 1) // 2).view(np.uint32)[:size]
+
+
 def uniform(rng: np.random.Generator, size: int, out: np.ndarray | None = None,
             positive: bool = False) -> np.ndarray:
     """`size` uniforms `k * 2**-32` in [0, 1) (in (0, 1] when `positive`), two per raw word."""
-    words = rng.bit_generator.random_raw((size + 1) // 2)
-    halves = words.view(np.uint32)[:size]
+    halves = _uint32s(rng, size)
     if out is None:
         out = np.empty(size)
     out = out.reshape(-1)
@@ -56,7 +60,7 @@ def uniform(rng: np.random.Generator, size: int, out: np.ndarray | None = None,
 def _median_of_three(rng: np.random.Generator, out: np.ndarray) -> np.ndarray:
     """Beta(2, 2): the median of three uniforms, taken on their 32-bit integers."""
     size = len(out)
-    ints = rng.bit_generator.random_raw((3 * size + 1) // 2).view(np.uint32)
+    ints = _uint32s(rng, 3 * size)
     a, b, c = ints[:size], ints[size:2 * size], ints[2 * size:3 * size]
     low = np.minimum(a, b)
     np.maximum(a, b, out=a)
