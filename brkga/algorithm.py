@@ -6,19 +6,19 @@ per-gene Beta distributions, and fills the population with biased crossovers
 of an elite and a non-elite parent. The run stops when the evaluation budget is
 spent; the last generation is truncated so that the budget is never exceeded.
 
-The population never moves as a whole: one buffer holds an elite block and two
-newcomer blocks used in turn (children and mutants are written into the idle
-one, which is then the contiguous batch to evaluate). Only the rows that change
-rank move: a newcomer that enters the elite swaps places with the elite it
-displaces, a few rows per generation instead of re-sorting every row.
+The population never moves as a whole: one pool holds a home area for the
+elites and two newcomer blocks used in turn (children and mutants are written
+into the idle one, which is then the contiguous batch to evaluate); the elites
+and non-elites are lists of pool rows. Only a newcomer that enters the elite is
+copied (home), a few rows per generation instead of re-sorting every row.
 
-Everything runs in the calling thread. Splitting each generation over two
-threads (fixed per-stream generators, a persistent worker) was built and measured
-here and did not pay: numpy's passes at this size last 5-35 us, less than a
-thread wake-up on the 2-core VM (~25 us one way), so the threads convoy on the
-GIL (free evaluator, n=500 d=4 pop 100: 0.52 -> 0.50 ms a generation with uniform
-keys at 1.4x the CPU, 1.05 -> 1.18 ms with per-gene Beta); and after each batch
-numba's OpenMP worker spins on the other core anyway.
+Breeding (children, and uniform mutants) is the GA's dearest step and is handed
+to a breeder (`brkga.breeding`) that takes its random bits by position from one
+counter-based stream per generation, so a compiled breeder outside this package
+(REGAL's `regal.breed`, on all cores) reproduces the numpy one bit for bit. The rest
+runs in the calling thread: splitting numpy's passes over two Python threads was
+built and measured here and did not pay (each pass lasts 5-35 us, less than a thread
+wake-up on the 2-core VM, so the threads convoy on the GIL).
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from typing import Callable
 
 import numpy as np
 
-from brkga.crossover import CoinThresholds, CrossoverBuffers, biased_crossover
+from brkga.breeding import Breeder, NumpyBreeder
+from brkga.crossover import CoinThresholds
 from brkga.sampling import KeySampler
+from brkga.streams import stream_key
 from brkga.termination import Budget
 
 EvaluateBatch = Callable[[np.ndarray], np.ndarray]
@@ -71,12 +73,14 @@ class BRKGA:
     `elite_bias` (scalar or per gene) is the probability that a child inherits the
     elite parent's gene. `alpha`/`beta` (scalar or per gene) are the Beta
     parameters of the initial population and of mutants; a missing one counts as
-    1.0, so both missing means uniform keys.
+    1.0, so both missing means uniform keys. `breeder` makes each generation's
+    children (and uniform mutants) from a stream key (`brkga.breeding`; default: the
+    numpy reference); any breeder gives the same run for the same seed.
     """
 
     def __init__(self, num_genes: int, population_size: int = 100, elite_fraction: float = 0.2,
                  mutant_fraction: float = 0.2, elite_bias=0.7, alpha=None, beta=None,
-                 seed: int | None = 0) -> None:
+                 seed: int | None = 0, breeder: Breeder | None = None) -> None:
         if int(num_genes) != num_genes or num_genes < 1:
             raise ValueError(f"num_genes must be a positive integer, got {num_genes}")
         if int(population_size) != population_size or population_size < 3:
@@ -106,6 +110,7 @@ class BRKGA:
         self.seed = seed
         self._sampler = KeySampler(self.num_genes, self.alpha, self.beta)
         self._coins = CoinThresholds(self.elite_bias)
+        self.breeder = NumpyBreeder() if breeder is None else breeder
 
     def _beta_param(self, name: str, value) -> np.ndarray:
         arr = _per_gene(name, value, self.num_genes)
@@ -135,11 +140,13 @@ class BRKGA:
 
     @staticmethod
     def _evaluate(evaluate_batch: EvaluateBatch, keys: np.ndarray) -> np.ndarray:
-        fitness = np.asarray(evaluate_batch(keys), dtype=np.float64).reshape(-1)
+        fitness = np.array(evaluate_batch(keys), dtype=np.float64).reshape(-1)   # ours to edit
         if fitness.shape != (len(keys),):
             raise ValueError(f"evaluate_batch returned {fitness.size} values for "
                              f"{len(keys)} chromosomes")
-        return np.where(np.isnan(fitness), np.inf, fitness)
+        if np.isnan(fitness.sum()):             # one pass; NaN (or inf - inf) seen there
+            fitness = np.where(np.isnan(fitness), np.inf, fitness)
+        return fitness
 
     # -- the loop -----------------------------------------------------------
     def run(self, evaluate_batch: EvaluateBatch, budget: int, initial=None,
@@ -161,20 +168,30 @@ class BRKGA:
         size, ne, nm = self.population_size, self.num_elites, self.num_mutants
         fresh = size - ne                   # newcomers per generation
         children = fresh - nm
+        uniform = self._sampler.uniform
 
-        # [elites | newcomers A | newcomers B]; generation 0 fills elites + A
-        rows = np.empty((ne + 2 * fresh, self.num_genes))
-        elites = rows[:ne]
-        blocks = (rows[ne:ne + fresh], rows[ne + fresh:])
-        buffers = CrossoverBuffers(children, self.num_genes)
-        rows[:len(seeds)] = seeds
-        self.sample(rng, size - len(seeds), out=rows[len(seeds):size])
+        # The pool is [home (2 ne rows) | block A | block B]. Elites live at home; each
+        # generation's newcomers are written into the block that did not get the previous
+        # ones (the non-elites being bred from sit in the other block, or at home), and a
+        # newcomer that enters the elite is copied into a free home row. Generation 0
+        # is home's second half + block A.
+        home = 2 * ne
+        pool = np.empty((home + 2 * fresh, self.num_genes))
+        blocks = (home, home + fresh)       # first row of A and of B
+        first = pool[ne:ne + size]
+        first[:len(seeds)] = seeds
+        if uniform:                         # uniform keys come from the breeder's stream
+            no_rows = np.empty(0, dtype=np.intp)
+            self.breeder(stream_key(rng), pool, no_rows, no_rows, self._coins, pool[:0],
+                         first[len(seeds):])
+        else:
+            self.sample(rng, size - len(seeds), out=first[len(seeds):])
         spent.grant(size)
-        scores = self._evaluate(evaluate_batch, rows[:size])
+        scores = self._evaluate(evaluate_batch, first)
+        elite_rows = np.arange(ne, home, dtype=np.intp)
         elite_fitness = scores[:ne].copy()
-        others = blocks[0]
-        moving = np.empty((2, ne, self.num_genes))     # rows that change rank, in transit
-        self._promote(elites, elite_fitness, others, scores[ne:], moving)
+        other_rows = self._promote(pool, home, elite_rows, elite_fitness,
+                                   np.arange(home, home + fresh, dtype=np.intp), scores[ne:])
         history = [elite_fitness.min()]
         if callback is not None:
             callback(0, spent.used, float(history[-1]))
@@ -183,48 +200,56 @@ class BRKGA:
         while not spent.exhausted:
             generation += 1
             granted = spent.grant(fresh)
-            batch = blocks[generation % 2]   # the block not holding the current non-elites
-            biased_crossover(rng, elites, others, children, self._coins,
-                             out=batch[:children], buffers=buffers)
-            self.sample(rng, nm, out=batch[children:])
+            start = blocks[generation % 2]
+            batch = pool[start:start + fresh]
+            # one stream key breeds the children (and uniform mutants); Beta mutants
+            # are drawn from the run's generator
+            self.breeder(stream_key(rng), pool, elite_rows, other_rows, self._coins,
+                         batch[:children], batch[children:] if uniform else None)
+            if not uniform:
+                self.sample(rng, nm, out=batch[children:])
             scores = self._evaluate(evaluate_batch, batch[:granted])
-            others = batch
-            self._promote(elites, elite_fitness, batch[:granted], scores, moving)
+            other_rows = self._promote(pool, home, elite_rows, elite_fitness,
+                                       np.arange(start, start + granted, dtype=np.intp), scores)
             history.append(elite_fitness.min())
             if callback is not None:
                 callback(generation, spent.used, float(history[-1]))
 
         best = int(np.argmin(elite_fitness))
-        return Result(best_keys=elites[best].copy(), best_fitness=float(elite_fitness[best]),
+        return Result(best_keys=pool[elite_rows[best]].copy(),
+                      best_fitness=float(elite_fitness[best]),
                       evaluations=spent.used, history=np.asarray(history))
 
     @staticmethod
-    def _promote(elites: np.ndarray, elite_fitness: np.ndarray, newcomers: np.ndarray,
-                 scores: np.ndarray, scratch: np.ndarray | None = None) -> None:
-        """Makes `elites` the best rows of elites + newcomers, in place.
+    def _promote(pool: np.ndarray, home: int, elite_rows: np.ndarray, elite_fitness: np.ndarray,
+                 newcomer_rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """Makes `elite_rows` (and `elite_fitness`) the best of elites + newcomers, in place;
+        returns the non-elites' rows of `pool`.
 
         Ranks by fitness, ties to the incumbent (elites first, then newcomers in
-        order, as a stable sort of [elites, newcomers] would). Each newcomer that
-        enters swaps rows (and fitness) with an elite that leaves, so the
-        newcomer block keeps exactly the non-elites. `scratch` ([2, len(elites),
-        genes]) holds the moving rows: fresh temporaries cost page faults (10 rows
-        entering, as in early generations: 230 -> 38 us here; 1-3 rows, as later: ~16 us).
+        order, as a stable sort of [elites, newcomers] would). A newcomer that enters
+        is copied into a home row (pool[:home]) that holds no elite and takes the place
+        of an elite that leaves in the elite list; that elite takes the newcomer's place
+        in the non-elite list, and stays where it is until the next breeding is done.
+        One row copy per entering newcomer: swapping rows between the elite and
+        newcomer blocks took four.
         """
-        ne = len(elites)
+        ne = len(elite_rows)
+        if not len(scores) or scores.min() >= elite_fitness.max():
+            return newcomer_rows                # nobody enters (ties go to the incumbents)
         ranked = np.argsort(np.concatenate([elite_fitness, scores]), kind="stable")[:ne]
         entering = ranked[ranked >= ne] - ne
         if not len(entering):
-            return
-        staying = np.zeros(ne, dtype=bool)
-        staying[ranked[ranked < ne]] = True
-        leaving = np.flatnonzero(~staying)
-        if scratch is None:
-            scratch = np.empty((2, len(leaving), elites.shape[1]))
-        left_rows, new_rows = scratch[0, :len(leaving)], scratch[1, :len(leaving)]
-        np.take(elites, leaving, axis=0, out=left_rows, mode="clip")   # in range: no copy
-        np.take(newcomers, entering, axis=0, out=new_rows, mode="clip")
-        left_fitness = elite_fitness[leaving]
-        elites[leaving] = new_rows
+            return newcomer_rows
+        leaving = np.ones(ne, dtype=bool)
+        leaving[ranked[ranked < ne]] = False
+        leaving = np.flatnonzero(leaving)
+        free = np.ones(home, dtype=bool)
+        free[elite_rows] = False
+        free = np.flatnonzero(free)[:len(entering)]
+        pool[free] = pool[newcomer_rows[entering]]
+        others = newcomer_rows.copy()
+        others[entering] = elite_rows[leaving]
+        elite_rows[leaving] = free
         elite_fitness[leaving] = scores[entering]
-        newcomers[entering] = left_rows
-        scores[entering] = left_fitness
+        return others

@@ -4,28 +4,17 @@ Both optimisers search the same chromosome with the same decoder and simulator
 (`regal.sim.evaluate`, one call per generation) under the same evaluation budget.
 Wall time is split into evaluation (time inside the simulator call) and everything
 else (the GA's own work: sampling, crossover, sorting, bookkeeping). The issue's
-bar: the GA's share stays <= 10% at n = 500 ops, population 100. A third row runs
+bar: the GA's share stays <= 10% at n = 500 ops, population 100. Another row runs
 our BRKGA with per-gene Beta parameters, as REGAL's policy drives it (each op
 picks an (alpha, beta) pair per key group from the policy's default menu).
 
     .venv/bin/python experiments/bench_brkga.py            # n=500, d=4, pop 100, budget 5000
     .venv/bin/python experiments/bench_brkga.py --repeats 3 --graph data/real/x.npz
 
-Measured (2-core EPYC VM shared with other jobs; --repeats 5, median of 3 runs
-alternating the previous and the current brkga/; evaluation ~2.0-2.4 ms a generation):
-
-| row | GA share, wall (before -> after) | GA share, CPU | GA's own work a generation |
-| --- | ---: | ---: | ---: |
-| regal brkga | 26.3% -> 25.3% | 15.9% -> 14.6% | ~0.66 ms (unchanged: results bit-identical) |
-| regal brkga, per-gene Beta | 43.3% -> 36.0% | 27.2% -> 22.7% | ~1.7 -> ~1.25 ms |
-
-The issue's 10% is out of reach for numpy alone here: breeding 60 children of 3,000
-genes is ~350 us single-threaded (two row gathers 68 us, three bitwise passes 154 us,
-random bytes, coins and parents ~100 us), already above the ~0.22 ms that 10% of a 2.2 ms
-generation allows, before mutants (~95 us uniform, ~440 us per-gene Beta) and the
-elite update (~17 us). Two threads do not help (see brkga/algorithm.py), and
-OMP_WAIT_POLICY=passive (numba's worker stops spinning between batches) moved the
-wall share by 1-2 points only (23.5% and 34.7%).
+Our BRKGA runs as `regal optimize` runs it: children and uniform mutants come from
+the compiled breeder (`regal.breed`, numba, both cores), which breeds exactly what
+brkga's numpy breeder does (the "numpy breeder" row: same best objective, same run).
+Numbers for the note come from this script; see the session notes for the figures.
 """
 
 from __future__ import annotations
@@ -38,7 +27,8 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from brkga import BRKGA
+from brkga import BRKGA, NumpyBreeder
+from regal.breed import CompiledBreeder
 from regal.decode import num_genes
 from regal.sim import DeviceSpec, evaluate
 
@@ -63,6 +53,21 @@ class TimedEvaluator:
         return values
 
 
+class TimedBreeder:
+    """A brkga breeder that accumulates every thread's CPU and the calling thread's CPU inside it."""
+
+    def __init__(self, breeder):
+        self.breeder = breeder
+        self.cpu = 0.0          # CPU time of every thread inside the breeder
+        self.main_cpu = 0.0     # ... of the calling thread
+
+    def __call__(self, *args):
+        cpu, main_cpu = time.process_time(), time.thread_time()
+        self.breeder(*args)
+        self.cpu += time.process_time() - cpu
+        self.main_cpu += time.thread_time() - main_cpu
+
+
 class Clock:
     """Wall and calling-thread CPU time of a whole run."""
 
@@ -75,13 +80,15 @@ class Clock:
         self.cpu = time.thread_time() - self.cpu
 
 
-def timings(clock: Clock, ev: TimedEvaluator, best: float) -> dict:
+def timings(clock: Clock, ev: TimedEvaluator, best: float, breeder=None) -> dict:
     """Wall split, and a CPU split that a loaded machine distorts less.
 
-    GA CPU = the calling thread's CPU outside the simulator; evaluation CPU = every
-    thread's CPU inside it.
+    GA CPU = the calling thread's CPU outside the simulator, plus every other thread's CPU
+    inside a (multi-threaded) breeder; evaluation CPU = every thread's CPU inside the simulator.
     """
     ga_cpu = clock.cpu - ev.main_cpu
+    if breeder is not None:
+        ga_cpu += breeder.cpu - breeder.main_cpu
     return dict(total=clock.wall, eval=ev.seconds, ga_cpu=ga_cpu, eval_cpu=ev.cpu,
                 evaluations=ev.rows, best=best)
 
@@ -101,21 +108,28 @@ def policy_like_beta(num_ops: int, num_devices: int, seed: int):
     return params[:, 0].copy(), params[:, 1].copy()
 
 
-def run_ours(graph, devices, objective, population, budget, seed, beta_params=False):
+def run_ours(graph, devices, objective, population, budget, seed, beta_params=False,
+             compiled=True):
+    """Our BRKGA as `regal optimize` runs it (compiled breeder), or with brkga's numpy one."""
     ev = TimedEvaluator(graph, devices, objective)
     alpha = beta = None
     if beta_params:
         alpha, beta = policy_like_beta(graph.num_nodes, devices.count, seed)
+    breeder = TimedBreeder(CompiledBreeder() if compiled else NumpyBreeder())
     ga = BRKGA(num_genes(graph.num_nodes, devices.count), population_size=population,
                elite_fraction=0.2, mutant_fraction=0.2, elite_bias=0.7, alpha=alpha,
-               beta=beta, seed=seed)
+               beta=beta, seed=seed, breeder=breeder)
     with Clock() as clock:
         result = ga.run(ev, budget)
-    return timings(clock, ev, result.best_fitness)
+    return timings(clock, ev, result.best_fitness, breeder)
 
 
 def run_ours_beta(graph, devices, objective, population, budget, seed):
     return run_ours(graph, devices, objective, population, budget, seed, beta_params=True)
+
+
+def run_ours_numpy(graph, devices, objective, population, budget, seed):
+    return run_ours(graph, devices, objective, population, budget, seed, compiled=False)
 
 
 def run_pymoo(graph, devices, objective, population, budget, seed):
@@ -161,11 +175,13 @@ def main(argv=None) -> None:
         from regal.synth import generate
         graph = generate("random", args.ops, args.seed)
     devices = DeviceSpec(args.devices)
-    # compile the simulator once, outside every timing
+    # compile (or load) the simulator and the breeder once, outside every timing
     evaluate(graph, devices, np.random.default_rng(0).random((2, num_genes(graph.num_nodes,
                                                                             devices.count))))
+    BRKGA(4, population_size=5, seed=0, breeder=CompiledBreeder()).run(
+        lambda keys: keys.sum(axis=1), budget=10)
     runs = {"regal brkga": run_ours, "regal brkga, per-gene Beta": run_ours_beta,
-            "pymoo BRKGA": run_pymoo}
+            "regal brkga, numpy breeder": run_ours_numpy, "pymoo BRKGA": run_pymoo}
     rows = {name: [] for name in runs}
     jobs = [(name, r) for r in range(args.repeats) for name in runs]
     for name, r in tqdm(jobs, desc="runs", unit="run"):

@@ -7,6 +7,7 @@ from scipy import stats
 from brkga import BRKGA, Budget, KeySampler, biased_crossover, sample_keys
 from brkga.crossover import CrossoverBuffers, bernoulli
 from brkga.sampling import beta_draws, uniform
+from brkga.streams import Layout, words
 
 
 class Recorder:
@@ -277,14 +278,29 @@ def test_elite_bias_one_in_run_breeds_elite_copies():
 
 
 def test_bernoulli_coins_are_exact():
-    # 3.5/256 needs the tie-break draw (without it the rate would be 3/256: 7 sigma away)
-    p = np.array([0.0, 1.0, 0.7, 3.5 / 256, 255.5 / 256, 1 / 3])
+    p = np.array([0.0, 1.0, 0.7, 3.5 / 256, 65535.5 / 65536, 1 / 3])
     n = 200_000
-    coins = bernoulli(np.random.default_rng(3), (n, len(p)), p, np.empty((n, len(p)), bool))
+    coins = bernoulli(np.uint64(3), (n, len(p)), p, np.empty((n, len(p)), bool))
     assert coins[:, 0].sum() == 0 and coins[:, 1].all()
     for j in range(2, len(p)):
         assert stats.binomtest(int(coins[:, j].sum()), n, p[j]).pvalue > 0.01, j
-    assert stats.binomtest(int(coins[:, 3].sum()), n, 3 / 256).pvalue < 1e-6
+
+
+def test_bernoulli_coins_follow_the_stream_layout_with_tie_draws():
+    # a reference written from the Layout's words: value < h, or value == h and a second
+    # draw below the fraction; 1.5/2**16 needs that draw (else its rate would be 1/2**16)
+    key, n, cols = np.uint64(11), 40_000, 50
+    p = np.full(cols, 1.5 / 65536)
+    p[::2] = 0.3 + np.arange(25) / 65536 / 3        # thresholds with fractions of 1/3, 2/3
+    coins = bernoulli(key, (n, cols), p, np.empty((n, cols), bool))
+    lay = Layout.of(n, cols)
+    value = words(key, np.arange(n * lay.coin_words)).view(np.uint16).reshape(n, -1)[:, :cols]
+    q = p * 65536
+    h = np.floor(q)
+    second = words(key, lay.tie + np.arange(n * cols).reshape(n, cols)) >> np.uint64(11)
+    expected = (value < h) | ((value == h) & (second * 2.0 ** -53 < q - h))
+    assert ((value == h) & (second * 2.0 ** -53 < q - h)).sum() >= 5    # tie draws happened
+    np.testing.assert_array_equal(coins, expected)
 
 
 def test_crossover_rates_per_gene_across_chunks():
@@ -300,21 +316,31 @@ def test_crossover_rates_per_gene_across_chunks():
         assert stats.binomtest(int(kids[:, j].sum()), count, bias[j]).pvalue > 0.01, j
 
 
-def test_promote_keeps_the_best_rows_and_moves_them_whole():
+def test_promote_keeps_the_best_rows():
     rng = np.random.default_rng(2)
     for ne, m in [(4, 9), (1, 5), (6, 3)]:
         fe = rng.integers(0, 6, ne).astype(float)           # ties on purpose
         fn = rng.integers(0, 6, m).astype(float)
-        elites = np.repeat(np.arange(ne, dtype=float)[:, None], 3, axis=1)       # row id
-        newcomers = np.repeat(np.arange(ne, ne + m, dtype=float)[:, None], 3, axis=1)
-        ef, nf = fe.copy(), fn.copy()
-        BRKGA._promote(elites, ef, newcomers, nf)
+        home = 2 * ne
+        pool = rng.random((home + m, 5))
+        elite_rows = rng.permutation(home)[:ne]              # elites anywhere at home
+        newcomer_rows = np.arange(home, home + m)
+        keys = {r: pool[r].copy() for r in np.concatenate([elite_rows, newcomer_rows])}
+        candidates = np.concatenate([elite_rows, newcomer_rows])
+        ef = fe.copy()
+        others = BRKGA._promote(pool, home, elite_rows, ef, newcomer_rows, fn.copy())
         allf = np.concatenate([fe, fn])
         winners = np.argsort(allf, kind="stable")[:ne]      # incumbents win ties
-        assert sorted(elites[:, 0]) == sorted(winners)
-        assert sorted(newcomers[:, 0]) == sorted(set(range(ne + m)) - set(winners))
-        np.testing.assert_array_equal(ef, allf[elites[:, 0].astype(int)])
-        np.testing.assert_array_equal(nf, allf[newcomers[:, 0].astype(int)])
+        assert (elite_rows < home).all()                      # elites live at home
+        assert sorted(map(tuple, pool[elite_rows])) == sorted(tuple(keys[r])
+                                                              for r in candidates[winners])
+        assert sorted(ef) == sorted(allf[winners])
+        for r, f in zip(elite_rows, ef):                     # each elite keeps its fitness
+            assert f == allf[[np.array_equal(pool[r], keys[c]) for c in candidates]][0]
+        losers = set(candidates.tolist()) - set(candidates[winners].tolist())
+        assert sorted(others) == sorted(losers)              # non-elites stay where they are
+        for r in others:
+            np.testing.assert_array_equal(pool[r], keys[r])
 
 
 def test_elite_bias_is_the_inheritance_rate():
