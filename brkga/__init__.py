@@ -7,10 +7,10 @@ fitness evaluations. Nothing here knows about graphs: REGAL's decoder lives in
 """
 
 from brkga.algorithm import BRKGA, Result
-from brkga.breeding import Breeder, NumpyBreeder
+from brkga.backend import Backend, NumpyBackend
 from brkga.crossover import CrossoverBuffers, biased_crossover
 from brkga.sampling import KeySampler, sample_keys
 from brkga.termination import Budget
 
-__all__ = ["BRKGA", "Result", "Breeder", "Budget", "CrossoverBuffers", "KeySampler",
-           "NumpyBreeder", "biased_crossover", "sample_keys"]
+__all__ = ["BRKGA", "Result", "Backend", "Budget", "CrossoverBuffers", "KeySampler",
+           "NumpyBackend", "biased_crossover", "sample_keys"]

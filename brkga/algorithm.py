@@ -12,13 +12,12 @@ into the idle one, which is then the contiguous batch to evaluate); the elites
 and non-elites are lists of pool rows. Only a newcomer that enters the elite is
 copied (home), a few rows per generation instead of re-sorting every row.
 
-Breeding (children, and uniform mutants) is the GA's dearest step and is handed
-to a breeder (`brkga.breeding`) that takes its random bits by position from one
-counter-based stream per generation, so a compiled breeder outside this package
-(REGAL's `regal.breed`, on all cores) reproduces the numpy one bit for bit. The rest
-runs in the calling thread: splitting numpy's passes over two Python threads was
-built and measured here and did not pay (each pass lasts 5-35 us, less than a thread
-wake-up on the 2-core VM, so the threads convoy on the GIL).
+Breeding (children, and uniform mutants) and promotion to the elite are handed to a
+backend (`brkga.backend`); breeding takes its random bits by position from one
+counter-based stream per generation, so a compiled backend outside this package
+(REGAL's `regal.breed`, on all cores) reproduces the numpy one bit for bit. Splitting
+numpy's passes over two Python threads was built and measured here and did not pay
+(each pass lasts 5-35 us, less than a thread wake-up on the 2-core VM).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from brkga.breeding import Breeder, NumpyBreeder
+from brkga.backend import Backend, NumpyBackend
 from brkga.crossover import CoinThresholds
 from brkga.sampling import KeySampler
 from brkga.streams import stream_key
@@ -73,14 +72,15 @@ class BRKGA:
     `elite_bias` (scalar or per gene) is the probability that a child inherits the
     elite parent's gene. `alpha`/`beta` (scalar or per gene) are the Beta
     parameters of the initial population and of mutants; a missing one counts as
-    1.0, so both missing means uniform keys. `breeder` makes each generation's
-    children (and uniform mutants) from a stream key (`brkga.breeding`; default: the
-    numpy reference); any breeder gives the same run for the same seed.
+    1.0, so both missing means uniform keys. `backend` breeds each generation's
+    children (and uniform mutants) from a stream key and promotes the best to the
+    elite (`brkga.backend`; default: the numpy reference); any backend gives the same
+    run for the same seed.
     """
 
     def __init__(self, num_genes: int, population_size: int = 100, elite_fraction: float = 0.2,
                  mutant_fraction: float = 0.2, elite_bias=0.7, alpha=None, beta=None,
-                 seed: int | None = 0, breeder: Breeder | None = None) -> None:
+                 seed: int | None = 0, backend: Backend | None = None) -> None:
         if int(num_genes) != num_genes or num_genes < 1:
             raise ValueError(f"num_genes must be a positive integer, got {num_genes}")
         if int(population_size) != population_size or population_size < 3:
@@ -110,7 +110,7 @@ class BRKGA:
         self.seed = seed
         self._sampler = KeySampler(self.num_genes, self.alpha, self.beta)
         self._coins = CoinThresholds(self.elite_bias)
-        self.breeder = NumpyBreeder() if breeder is None else breeder
+        self.backend = NumpyBackend() if backend is None else backend
 
     def _beta_param(self, name: str, value) -> np.ndarray:
         arr = _per_gene(name, value, self.num_genes)
@@ -180,9 +180,9 @@ class BRKGA:
         blocks = (home, home + fresh)       # first row of A and of B
         first = pool[ne:ne + size]
         first[:len(seeds)] = seeds
-        if uniform:                         # uniform keys come from the breeder's stream
+        if uniform:                         # uniform keys come from the breeding stream
             no_rows = np.empty(0, dtype=np.intp)
-            self.breeder(stream_key(rng), pool, no_rows, no_rows, self._coins, pool[:0],
+            self.backend.breed(stream_key(rng), pool, no_rows, no_rows, self._coins, pool[:0],
                          first[len(seeds):])
         else:
             self.sample(rng, size - len(seeds), out=first[len(seeds):])
@@ -190,8 +190,9 @@ class BRKGA:
         scores = self._evaluate(evaluate_batch, first)
         elite_rows = np.arange(ne, home, dtype=np.intp)
         elite_fitness = scores[:ne].copy()
-        other_rows = self._promote(pool, home, elite_rows, elite_fitness,
-                                   np.arange(home, home + fresh, dtype=np.intp), scores[ne:])
+        other_rows = self.backend.promote(pool, home, elite_rows, elite_fitness,
+                                          np.arange(home, home + fresh, dtype=np.intp),
+                                          scores[ne:])
         history = [elite_fitness.min()]
         if callback is not None:
             callback(0, spent.used, float(history[-1]))
@@ -204,13 +205,14 @@ class BRKGA:
             batch = pool[start:start + fresh]
             # one stream key breeds the children (and uniform mutants); Beta mutants
             # are drawn from the run's generator
-            self.breeder(stream_key(rng), pool, elite_rows, other_rows, self._coins,
-                         batch[:children], batch[children:] if uniform else None)
+            self.backend.breed(stream_key(rng), pool, elite_rows, other_rows, self._coins,
+                               batch[:children], batch[children:] if uniform else None)
             if not uniform:
                 self.sample(rng, nm, out=batch[children:])
             scores = self._evaluate(evaluate_batch, batch[:granted])
-            other_rows = self._promote(pool, home, elite_rows, elite_fitness,
-                                       np.arange(start, start + granted, dtype=np.intp), scores)
+            other_rows = self.backend.promote(pool, home, elite_rows, elite_fitness,
+                                              np.arange(start, start + granted, dtype=np.intp),
+                                              scores)
             history.append(elite_fitness.min())
             if callback is not None:
                 callback(generation, spent.used, float(history[-1]))
@@ -219,37 +221,3 @@ class BRKGA:
         return Result(best_keys=pool[elite_rows[best]].copy(),
                       best_fitness=float(elite_fitness[best]),
                       evaluations=spent.used, history=np.asarray(history))
-
-    @staticmethod
-    def _promote(pool: np.ndarray, home: int, elite_rows: np.ndarray, elite_fitness: np.ndarray,
-                 newcomer_rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        """Makes `elite_rows` (and `elite_fitness`) the best of elites + newcomers, in place;
-        returns the non-elites' rows of `pool`.
-
-        Ranks by fitness, ties to the incumbent (elites first, then newcomers in
-        order, as a stable sort of [elites, newcomers] would). A newcomer that enters
-        is copied into a home row (pool[:home]) that holds no elite and takes the place
-        of an elite that leaves in the elite list; that elite takes the newcomer's place
-        in the non-elite list, and stays where it is until the next breeding is done.
-        One row copy per entering newcomer: swapping rows between the elite and
-        newcomer blocks took four.
-        """
-        ne = len(elite_rows)
-        if not len(scores) or scores.min() >= elite_fitness.max():
-            return newcomer_rows                # nobody enters (ties go to the incumbents)
-        ranked = np.argsort(np.concatenate([elite_fitness, scores]), kind="stable")[:ne]
-        entering = ranked[ranked >= ne] - ne
-        if not len(entering):
-            return newcomer_rows
-        leaving = np.ones(ne, dtype=bool)
-        leaving[ranked[ranked < ne]] = False
-        leaving = np.flatnonzero(leaving)
-        free = np.ones(home, dtype=bool)
-        free[elite_rows] = False
-        free = np.flatnonzero(free)[:len(entering)]
-        pool[free] = pool[newcomer_rows[entering]]
-        others = newcomer_rows.copy()
-        others[entering] = elite_rows[leaving]
-        elite_rows[leaving] = free
-        elite_fitness[leaving] = scores[entering]
-        return others

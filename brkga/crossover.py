@@ -4,7 +4,7 @@ At thousands of genes and dozens of children per generation the GA's own cost
 is a few passes over a [children, genes] block, so every pass here is the
 cheapest exact one numpy offers: 16 random bits per coin, four per 64-bit word
 of the generation's counter-based stream (`brkga.streams`: the same bits whatever
-code breeds them, so a compiled breeder elsewhere can reproduce these children
+code breeds them, so a compiled backend elsewhere can reproduce these children
 bit for bit); a bitwise select on the float bits, with the coin widened from int8
 inside the `and` (numpy's `where` and masked copies are branchy: 3-5x slower on
 random masks); the other parent gathered straight into the child's row; and
@@ -50,7 +50,7 @@ class CoinThresholds:
     h says yes, above h says no, and only a value equal to h (1 in 65,536) needs a
     second draw, yes with probability f. Total: h/2**16 + f/2**16 = p, exactly. (16 bits
     rather than 8: with 8, a 3,000-gene child has ~12 such ties to settle, which cost a
-    compiled breeder a third of its time; with 16, one child in ~20 has one.)
+    compiled backend a third of its breeding time; with 16, one child in ~20 has one.)
     `p` is a scalar or one probability per column.
     """
 

@@ -7,7 +7,7 @@ the same bits in any order and on any number of threads. The function is SplitMi
 (Steele, Lea and Flood, 2014): word i is its output after i + 1 steps from the state
 `key`, mix(key + (i + 1) * GOLDEN) mod 2**64, a stream that passes BigCrush.
 
-`Layout` says which words of a generation's stream feed what; both breeders follow it.
+`Layout` says which words of a generation's stream feed what; every backend follows it.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class Layout(NamedTuple):
     """Where a generation's words go, for `children` crossovers and `mutants` of `genes` genes.
 
     Child i's coins are the 16-bit quarters of words coin + i * coin_words + [0, coin_words)
-    (quarter j is gene j's, low quarter first); its parents come from word parent + i (high half: the
-    elite, low half: the other, each scaled as floor(half * count / 2**32)); a coin whose
+    (quarter j is gene j's, low quarter first); its parents come from word parent + i (high
+    half: the elite, low half: the other, each scaled as floor(half * count / 2**32)); a coin whose
     value equals its threshold draws again from word tie + i * genes + j. Mutant m's keys
     are the 32-bit halves of words mutant + m * mutant_words + [0, mutant_words) (gene j
     is half j, low half first), times 2**-32.

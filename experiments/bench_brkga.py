@@ -12,8 +12,9 @@ picks an (alpha, beta) pair per key group from the policy's default menu).
     .venv/bin/python experiments/bench_brkga.py --repeats 3 --graph data/real/x.npz
 
 Our BRKGA runs as `regal optimize` runs it: children and uniform mutants come from
-the compiled breeder (`regal.breed`, numba, both cores), which breeds exactly what
-brkga's numpy breeder does (the "numpy breeder" row: same best objective, same run).
+the compiled backend (`regal.breed`: numba, both cores), which breeds and promotes
+exactly as brkga's numpy backend does (the "numpy backend" row: same best objective,
+same run).
 Numbers for the note come from this script; see the session notes for the figures.
 """
 
@@ -27,8 +28,8 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from brkga import BRKGA, NumpyBreeder
-from regal.breed import CompiledBreeder
+from brkga import BRKGA, NumpyBackend
+from regal.breed import CompiledBackend
 from regal.decode import num_genes
 from regal.sim import DeviceSpec, evaluate
 
@@ -53,17 +54,19 @@ class TimedEvaluator:
         return values
 
 
-class TimedBreeder:
-    """A brkga breeder that accumulates every thread's CPU and the calling thread's CPU inside it."""
+class TimedBackend:
+    """A brkga backend that accumulates every thread's CPU and the calling thread's CPU
+    inside its (multi-threaded) breeding step."""
 
-    def __init__(self, breeder):
-        self.breeder = breeder
-        self.cpu = 0.0          # CPU time of every thread inside the breeder
+    def __init__(self, backend):
+        self.backend = backend
+        self.promote = backend.promote      # single-threaded: the calling thread's CPU
+        self.cpu = 0.0          # CPU time of every thread inside breeding
         self.main_cpu = 0.0     # ... of the calling thread
 
-    def __call__(self, *args):
+    def breed(self, *args):
         cpu, main_cpu = time.process_time(), time.thread_time()
-        self.breeder(*args)
+        self.backend.breed(*args)
         self.cpu += time.process_time() - cpu
         self.main_cpu += time.thread_time() - main_cpu
 
@@ -80,15 +83,16 @@ class Clock:
         self.cpu = time.thread_time() - self.cpu
 
 
-def timings(clock: Clock, ev: TimedEvaluator, best: float, breeder=None) -> dict:
+def timings(clock: Clock, ev: TimedEvaluator, best: float, backend=None) -> dict:
     """Wall split, and a CPU split that a loaded machine distorts less.
 
     GA CPU = the calling thread's CPU outside the simulator, plus every other thread's CPU
-    inside a (multi-threaded) breeder; evaluation CPU = every thread's CPU inside the simulator.
+    inside the (multi-threaded) breeding; evaluation CPU = every thread's CPU inside the
+    simulator.
     """
     ga_cpu = clock.cpu - ev.main_cpu
-    if breeder is not None:
-        ga_cpu += breeder.cpu - breeder.main_cpu
+    if backend is not None:
+        ga_cpu += backend.cpu - backend.main_cpu
     return dict(total=clock.wall, eval=ev.seconds, ga_cpu=ga_cpu, eval_cpu=ev.cpu,
                 evaluations=ev.rows, best=best)
 
@@ -110,18 +114,18 @@ def policy_like_beta(num_ops: int, num_devices: int, seed: int):
 
 def run_ours(graph, devices, objective, population, budget, seed, beta_params=False,
              compiled=True):
-    """Our BRKGA as `regal optimize` runs it (compiled breeder), or with brkga's numpy one."""
+    """Our BRKGA as `regal optimize` runs it (compiled backend), or with brkga's numpy one."""
     ev = TimedEvaluator(graph, devices, objective)
     alpha = beta = None
     if beta_params:
         alpha, beta = policy_like_beta(graph.num_nodes, devices.count, seed)
-    breeder = TimedBreeder(CompiledBreeder() if compiled else NumpyBreeder())
+    backend = TimedBackend(CompiledBackend() if compiled else NumpyBackend())
     ga = BRKGA(num_genes(graph.num_nodes, devices.count), population_size=population,
                elite_fraction=0.2, mutant_fraction=0.2, elite_bias=0.7, alpha=alpha,
-               beta=beta, seed=seed, breeder=breeder)
+               beta=beta, seed=seed, backend=backend)
     with Clock() as clock:
         result = ga.run(ev, budget)
-    return timings(clock, ev, result.best_fitness, breeder)
+    return timings(clock, ev, result.best_fitness, backend)
 
 
 def run_ours_beta(graph, devices, objective, population, budget, seed):
@@ -175,13 +179,13 @@ def main(argv=None) -> None:
         from regal.synth import generate
         graph = generate("random", args.ops, args.seed)
     devices = DeviceSpec(args.devices)
-    # compile (or load) the simulator and the breeder once, outside every timing
+    # compile (or load) the simulator and the backend once, outside every timing
     evaluate(graph, devices, np.random.default_rng(0).random((2, num_genes(graph.num_nodes,
                                                                             devices.count))))
-    BRKGA(4, population_size=5, seed=0, breeder=CompiledBreeder()).run(
+    BRKGA(4, population_size=5, seed=0, backend=CompiledBackend()).run(
         lambda keys: keys.sum(axis=1), budget=10)
     runs = {"regal brkga": run_ours, "regal brkga, per-gene Beta": run_ours_beta,
-            "regal brkga, numpy breeder": run_ours_numpy, "pymoo BRKGA": run_pymoo}
+            "regal brkga, numpy backend": run_ours_numpy, "pymoo BRKGA": run_pymoo}
     rows = {name: [] for name in runs}
     jobs = [(name, r) for r in range(args.repeats) for name in runs]
     for name, r in tqdm(jobs, desc="runs", unit="run"):

@@ -1,15 +1,16 @@
-"""BRKGA's breeding step compiled: the children and uniform mutants `brkga.NumpyBreeder` makes,
-bit for bit, in one multi-threaded numba call.
+"""BRKGA's heavy steps compiled: the children, uniform mutants and elite promotions of
+`brkga.NumpyBackend`, bit for bit, breeding in one multi-threaded numba call.
 
-`brkga` stays numpy-only and problem-agnostic; this module plugs into it as a breeder
-(`BRKGA(..., breeder=CompiledBreeder())`). Both take every random bit from the positions
+`brkga` stays numpy-only and problem-agnostic; this module plugs into it as a backend
+(`BRKGA(..., backend=CompiledBackend())`). Both take every random bit from the positions
 `brkga.streams.Layout` assigns in the generation's counter-based stream, so the result of
 a run depends on its seed only. Here each thread breeds whole rows: it fills a row's coin
 words (SplitMix64 of the counters), then selects every gene with a branch-free bitwise
 blend on the float bits (vectorised by LLVM), noting whether any coin's 16-bit value
 equals its threshold; only then (one child in ~20 at 3,000 genes) a second pass settles
-those coins with a second word. Measured against the numpy breeder at 3,000
-genes, 60 children and 20 uniform mutants (experiments/bench_brkga.py has the whole run).
+those coins with a second word. Promotion is compiled too: right after a simulator
+batch the interpreter's and numpy's code is cold, and its ~20 small numpy calls took
+40-70 us a generation there (~17 us when warm).
 """
 
 from __future__ import annotations
@@ -74,21 +75,84 @@ def _mutant(m, key, lay, out, buf):
         row[j] = np.float64(halves[j]) * _TWO_M32
 
 
+@njit(cache=True, inline="always")
+def _in_range(rows, size):
+    """Whether every row number lies in 0..size-1 (numba indexes without bounds checks)."""
+    for r in rows:
+        if r < 0 or r >= size:
+            return False
+    return True
+
+
 @njit(cache=True, parallel=True)
 def _breed(key, lay, pool, elite_rows, other_rows, whole, frac, ties, children, mutants,
            chunks):
     """Part p of `chunks` (one per thread) breeds children p, p + chunks, ... and mutants
-    likewise, so every thread gets its share of both kinds (a mutant costs ~1/3 of a child)."""
+    likewise, so every thread gets its share of both kinds (a mutant costs ~1/3 of a child).
+    Returns 0, or 1 (2) when a child would need an elite (other) parent row outside the pool."""
+    if children.shape[0] > 0:
+        if elite_rows.shape[0] == 0 or not _in_range(elite_rows, pool.shape[0]):
+            return 1
+        if other_rows.shape[0] == 0 or not _in_range(other_rows, pool.shape[0]):
+            return 2
     for part in prange(chunks):
         buf = np.empty(max(lay[1], lay[2]), np.uint64)
         for i in range(part, children.shape[0], chunks):
             _child(i, key, lay, pool, elite_rows, other_rows, whole, frac, ties, children, buf)
         for m in range(part, mutants.shape[0], chunks):
             _mutant(m, key, lay, mutants, buf)
+    return 0
 
 
-class CompiledBreeder:
-    """A `brkga` breeder (see brkga.breeding) running compiled on numba's threads."""
+@njit(cache=True)
+def _promote(pool, home, elite_rows, elite_fitness, newcomer_rows, scores):
+    """brkga.NumpyBackend.promote, step for step (a stable merge sort ranks the same way)."""
+    ne, m = elite_rows.shape[0], scores.shape[0]
+    worst = elite_fitness.max()
+    candidates = np.empty(m, np.int64)
+    c = 0
+    for i in range(m):
+        if scores[i] < worst:
+            candidates[c] = i
+            c += 1
+    if c == 0:
+        return newcomer_rows
+    joint = np.empty(ne + c)
+    joint[:ne] = elite_fitness
+    for i in range(c):
+        joint[ne + i] = scores[candidates[i]]
+    ranked = np.argsort(joint, kind="mergesort")[:ne]
+    staying = np.zeros(ne, np.bool_)
+    entering = np.empty(ne, np.int64)
+    count = 0
+    for i in ranked:
+        if i >= ne:
+            entering[count] = candidates[i - ne]
+            count += 1
+        else:
+            staying[i] = True
+    taken = np.zeros(home, np.bool_)
+    for r in elite_rows:
+        taken[r] = True
+    others = newcomer_rows.copy()
+    leave, free = 0, 0
+    for q in range(count):
+        while staying[leave]:
+            leave += 1
+        while taken[free]:
+            free += 1
+        source = newcomer_rows[entering[q]]
+        pool[free, :] = pool[source, :]
+        others[entering[q]] = elite_rows[leave]
+        elite_rows[leave] = free
+        elite_fitness[leave] = scores[entering[q]]
+        leave += 1
+        free += 1
+    return others
+
+
+class CompiledBackend:
+    """A `brkga` backend (see brkga.backend): breeding on numba's threads, promotion compiled."""
 
     def __init__(self, threads: int | None = None) -> None:
         self.threads = threads
@@ -105,19 +169,15 @@ class CompiledBreeder:
             self._coins, self._per_gene = coins, (whole, frac)
         return self._per_gene
 
-    def __call__(self, key, pool: np.ndarray, elite_rows: np.ndarray, other_rows: np.ndarray,
-                 coins: CoinThresholds, children: np.ndarray, mutants: np.ndarray | None) -> None:
+    def breed(self, key, pool: np.ndarray, elite_rows: np.ndarray, other_rows: np.ndarray,
+              coins: CoinThresholds, children: np.ndarray, mutants: np.ndarray | None) -> None:
         genes = children.shape[1]
         for name, rows in (("pool", pool), ("children", children), ("mutants", mutants)):
             if rows is not None and (rows.dtype != np.float64 or not rows.flags.c_contiguous
                                      or rows.ndim != 2 or rows.shape[1] != genes):
                 raise ValueError(f"{name}: expected C-contiguous float64 rows of {genes} genes")
-        elite_rows = np.asarray(elite_rows, dtype=np.int64)
-        other_rows = np.asarray(other_rows, dtype=np.int64)
-        for name, rows in (("elite_rows", elite_rows), ("other_rows", other_rows)):
-            if len(children) and (rows.ndim != 1 or not len(rows) or rows.min() < 0
-                                  or rows.max() >= len(pool)):
-                raise ValueError(f"{name}: expected row numbers of the pool (0..{len(pool) - 1})")
+        elite_rows = np.asarray(elite_rows, dtype=np.int64).reshape(-1)
+        other_rows = np.asarray(other_rows, dtype=np.int64).reshape(-1)
         whole, frac = self._thresholds(coins, genes)
         if self._layout is None or self._layout[0] != children.shape:
             self._layout = (children.shape,
@@ -127,5 +187,14 @@ class CompiledBreeder:
             mutants = children[:0]
         rows = len(children) + len(mutants)
         threads = get_num_threads() if self.threads is None else self.threads
-        _breed(np.uint64(key), lay, pool, elite_rows, other_rows, whole, frac, coins.needs_ties,
-               children, mutants, max(1, min(rows, threads)))
+        bad = _breed(np.uint64(key), lay, pool, elite_rows, other_rows, whole, frac,
+                     coins.needs_ties, children, mutants, max(1, min(rows, threads)))
+        if bad:
+            name = "elite_rows" if bad == 1 else "other_rows"
+            raise ValueError(f"{name}: expected row numbers of the pool (0..{len(pool) - 1})")
+
+    @staticmethod
+    def promote(pool: np.ndarray, home: int, elite_rows: np.ndarray, elite_fitness: np.ndarray,
+                newcomer_rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """brkga.NumpyBackend.promote, compiled (the same elite and non-elite lists)."""
+        return _promote(pool, home, elite_rows, elite_fitness, newcomer_rows, scores)

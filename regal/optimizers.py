@@ -186,15 +186,15 @@ def solve_brkga(problem: Problem, budget: int, seed: int, *, population_size: in
                 progress: Callable[[int, float], None] | None = None) -> Solution:
     """BRKGA over the chromosome of DESIGN §5 (uniform keys by default: BRKGA-5K is budget=5000).
 
-    Children are bred by the compiled breeder (`regal.breed`): the same run, bit for bit,
-    as brkga's numpy one, at a fraction of its time."""
+    The GA's array work runs compiled (`regal.breed`): the same run, bit for bit, as
+    brkga's numpy backend, at a fraction of its time."""
     from brkga import BRKGA
-    from regal.breed import CompiledBreeder
+    from regal.breed import CompiledBackend
 
     ga = BRKGA(problem.num_genes, population_size=population_size,
                elite_fraction=elite_fraction, mutant_fraction=mutant_fraction,
                elite_bias=elite_bias, alpha=alpha, beta=beta, seed=seed,
-               breeder=CompiledBreeder())
+               backend=CompiledBackend())
     callback = None if progress is None else (lambda _gen, used, best: progress(used, best))
     result = ga.run(problem.evaluate, budget, initial=_warm_start(problem, initial),
                     callback=callback)

@@ -1,4 +1,4 @@
-"""The compiled breeder against brkga's numpy reference (bit for bit), and the stream it reads."""
+"""The compiled backend against brkga's numpy reference (bit for bit), and the stream it reads."""
 
 import numpy as np
 import pytest
@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from brkga import BRKGA, NumpyBreeder
+from brkga import BRKGA, NumpyBackend
 from brkga.crossover import CoinThresholds
 from brkga.streams import Layout, words
-from regal.breed import CompiledBreeder
+from regal.breed import CompiledBackend
 
 
 def splitmix64(state: int, count: int) -> list[int]:
@@ -54,10 +54,10 @@ def breed_both(key, elites, others, bias, children, mutants, threads=None):
     other_rows, elite_rows = order[:len(others)], order[len(others):]
     a = np.full((children + mutants, genes), -1.0)
     b = np.full((children + mutants, genes), -2.0)
-    NumpyBreeder()(key, pool, elite_rows, other_rows, coins, a[:children],
-                   a[children:] if mutants else None)
-    CompiledBreeder(threads)(key, pool, elite_rows, other_rows, coins, b[:children],
-                             b[children:] if mutants else None)
+    NumpyBackend().breed(key, pool, elite_rows, other_rows, coins, a[:children],
+                         a[children:] if mutants else None)
+    CompiledBackend(threads).breed(key, pool, elite_rows, other_rows, coins, b[:children],
+                                   b[children:] if mutants else None)
     return a, b
 
 
@@ -65,7 +65,7 @@ def breed_both(key, elites, others, bias, children, mutants, threads=None):
 @given(st.integers(0, 2 ** 64 - 1), st.integers(1, 70), st.integers(1, 6), st.integers(1, 9),
        st.integers(0, 12), st.integers(0, 5), st.sampled_from(["scalar", "per gene", "edges"]),
        st.integers(1, 2))
-def test_compiled_breeder_is_bit_identical_to_numpy(key, genes, ne, no, children, mutants,
+def test_compiled_breeding_is_bit_identical_to_numpy(key, genes, ne, no, children, mutants,
                                                     bias_kind, threads):
     rng = np.random.default_rng(key % 1000)
     elites, others = rng.random((ne, genes)), rng.random((no, genes))
@@ -99,24 +99,45 @@ def test_mutants_are_uniform_on_the_32_bit_grid():
 
 
 @pytest.mark.parametrize("alpha", [None, 2.0])
-def test_runs_with_either_breeder_are_identical(alpha):
+def test_runs_with_either_backend_are_identical(alpha):
     def objective(keys):
         return np.abs(keys - 0.3).sum(axis=1)
 
     results = [BRKGA(50, population_size=30, seed=4, alpha=alpha, elite_bias=0.65,
-                     breeder=breeder).run(objective, budget=600)
-               for breeder in (NumpyBreeder(), CompiledBreeder())]
+                     backend=backend).run(objective, budget=600)
+               for backend in (NumpyBackend(), CompiledBackend())]
     assert results[0].best_fitness == results[1].best_fitness
     np.testing.assert_array_equal(results[0].best_keys, results[1].best_keys)
     np.testing.assert_array_equal(results[0].history, results[1].history)
 
 
-def test_compiled_breeder_rejects_rows_it_cannot_breed_into():
+def test_compiled_breeding_rejects_rows_it_cannot_breed_from_or_into():
     coins = CoinThresholds(0.7)
     pool, two = np.zeros((4, 6)), np.array([0, 1])
     with pytest.raises(ValueError, match="children"):
-        CompiledBreeder()(1, pool, two, two, coins, np.zeros((6, 4)).T, None)
+        CompiledBackend().breed(1, pool, two, two, coins, np.zeros((6, 4)).T, None)
     with pytest.raises(ValueError, match="pool"):
-        CompiledBreeder()(1, pool.astype(np.float32), two, two, coins, np.zeros((2, 6)), None)
+        CompiledBackend().breed(1, pool.astype(np.float32), two, two, coins, np.zeros((2, 6)), None)
     with pytest.raises(ValueError, match="other_rows"):
-        CompiledBreeder()(1, pool, two, np.array([3, 4]), coins, np.zeros((2, 6)), None)
+        CompiledBackend().breed(1, pool, two, np.array([3, 4]), coins, np.zeros((2, 6)), None)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 8), st.integers(0, 30), st.integers(0, 2 ** 32 - 1),
+       st.sampled_from([3, 1000]))
+def test_compiled_promotion_matches_numpy(ne, m, seed, levels):
+    # few fitness levels make ties between elites and newcomers common
+    rng = np.random.default_rng(seed)
+    home = 2 * ne
+    pool = rng.random((home + m, 4))
+    elite_rows = rng.permutation(home)[:ne]
+    elite_fitness = rng.integers(0, levels, ne).astype(float)
+    scores = rng.integers(0, levels, m).astype(float)
+    newcomer_rows = np.arange(home, home + m)
+    out = []
+    for backend in (NumpyBackend(), CompiledBackend()):
+        p, er, ef = pool.copy(), elite_rows.copy(), elite_fitness.copy()
+        others = backend.promote(p, home, er, ef, newcomer_rows, scores.copy())
+        out.append((p, er, ef, np.asarray(others)))
+    for a, b in zip(*out):
+        np.testing.assert_array_equal(a, b)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from brkga import BRKGA, Budget, KeySampler, biased_crossover, sample_keys
+from brkga import BRKGA, Budget, KeySampler, NumpyBackend, biased_crossover, sample_keys
 from brkga.crossover import CrossoverBuffers, bernoulli
 from brkga.sampling import beta_draws, uniform
 from brkga.streams import Layout, words
@@ -328,7 +328,7 @@ def test_promote_keeps_the_best_rows():
         keys = {r: pool[r].copy() for r in np.concatenate([elite_rows, newcomer_rows])}
         candidates = np.concatenate([elite_rows, newcomer_rows])
         ef = fe.copy()
-        others = BRKGA._promote(pool, home, elite_rows, ef, newcomer_rows, fn.copy())
+        others = NumpyBackend.promote(pool, home, elite_rows, ef, newcomer_rows, fn.copy())
         allf = np.concatenate([fe, fn])
         winners = np.argsort(allf, kind="stable")[:ne]      # incumbents win ties
         assert (elite_rows < home).all()                      # elites live at home
