@@ -183,7 +183,7 @@ class BRKGA:
         if uniform:                         # uniform keys come from the breeding stream
             no_rows = np.empty(0, dtype=np.intp)
             self.backend.breed(stream_key(rng), pool, no_rows, no_rows, self._coins, pool[:0],
-                         first[len(seeds):])
+                               first[len(seeds):])
         else:
             self.sample(rng, size - len(seeds), out=first[len(seeds):])
         spent.grant(size)
