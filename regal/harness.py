@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from regal.workers import exit_with_parent, set_numba_threads
+
 __all__ = ["GRAPH_SUFFIXES", "RECORDS_FILE", "KEY_FIELDS", "Task", "GraphEntry", "RunSummary",
            "find_graphs", "check_grid", "make_tasks", "record_key", "run_task", "read_records",
            "load_records", "run_experiment", "software_version"]
@@ -260,38 +262,14 @@ def run_task(task: Task, graph=None, method=None) -> dict:
     return record
 
 
-def _exit_with_parent(poll_seconds: float = 0.5) -> None:
-    """Ends this process soon after its parent dies (however it died: a SIGKILL runs no
-    cleanup), so a killed experiment leaves no orphan worker finishing a queued run."""
-    import threading
-
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_seconds)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
-def _set_threads(threads: int) -> None:
-    """Each worker gets its share of the cores for numba's batch evaluator."""
-    try:
-        import numba
-        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    except Exception:
-        pass
-
-
 def _init_worker(threads: int) -> None:
     """A local pool worker: its share of the cores, and an exit when the experiment dies."""
-    _exit_with_parent()
-    _set_threads(threads)
+    exit_with_parent()
+    set_numba_threads(threads)
 
 
 def _run_in_worker(task: Task, graph, method, threads: int) -> dict:
-    _set_threads(threads)
+    set_numba_threads(threads)
     return run_task(task, graph, method)
 
 

@@ -47,6 +47,7 @@ import regal.tfenv  # noqa: E402,F401  (OR-Tools before TensorFlow: see regal/tf
 import numpy as np  # noqa: E402
 
 from regal.graph import ComputationGraph  # noqa: E402
+from regal.workers import exit_with_parent, set_numba_threads  # noqa: E402
 
 __all__ = ["TrainConfig", "RolloutTask", "run_rollout", "GraphSource", "graph_source",
            "make_actors", "InlineActors", "PoolActors", "RayActors", "BaselineCache",
@@ -192,13 +193,11 @@ def run_rollout(task: RolloutTask) -> float:
 
 
 def _worker_init(threads: int) -> None:
-    """Pool workers ignore Ctrl-C (the loop handles it) and share the cores for numba."""
+    """Pool workers ignore Ctrl-C (the loop handles it), share the cores for numba, and
+    exit when the training process dies (a SIGKILL leaves no orphan rollouts)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        import numba
-        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    except Exception:
-        pass
+    exit_with_parent()
+    set_numba_threads(threads)
 
 
 class InlineActors:
