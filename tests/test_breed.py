@@ -45,7 +45,7 @@ def test_layout_regions_are_disjoint_and_in_order(children, genes):
 
 
 def breed_both(key, elites, others, bias, children, mutants, threads=None):
-    """Both breeders' newcomers, with the parents in one pool listed in shuffled order."""
+    """Both backends' newcomers, with the parents in one pool listed in shuffled order."""
     coins = CoinThresholds(bias)
     genes = elites.shape[1]
     pool = np.concatenate([others, elites])
