@@ -138,6 +138,18 @@ class BRKGA:
             raise ValueError("initial: keys must lie in [0, 1]")
         return arr
 
+    def _newcomers(self, rng: np.random.Generator, pool: np.ndarray, elite_rows: np.ndarray,
+                   other_rows: np.ndarray, children: np.ndarray, mutants: np.ndarray) -> None:
+        """Breeds `children` and draws `mutants`. One stream key feeds the children and
+        uniform mutants (drawn only when there is one of them: generation 0 with Beta
+        keys has neither); Beta mutants come from the run's generator afterwards."""
+        uniform = self._sampler.uniform
+        if len(children) or uniform:
+            self.backend.breed(stream_key(rng), pool, elite_rows, other_rows, self._coins,
+                               children, mutants if uniform else None)
+        if not uniform:
+            self.sample(rng, len(mutants), out=mutants)
+
     @staticmethod
     def _evaluate(evaluate_batch: EvaluateBatch, keys: np.ndarray) -> np.ndarray:
         fitness = np.array(evaluate_batch(keys), dtype=np.float64).reshape(-1)   # ours to edit
@@ -168,7 +180,6 @@ class BRKGA:
         size, ne, nm = self.population_size, self.num_elites, self.num_mutants
         fresh = size - ne                   # newcomers per generation
         children = fresh - nm
-        uniform = self._sampler.uniform
 
         # The pool is [home (2 ne rows) | block A | block B]. Elites live at home; each
         # generation's newcomers are written into the block that did not get the previous
@@ -180,12 +191,8 @@ class BRKGA:
         blocks = (home, home + fresh)       # first row of A and of B
         first = pool[ne:ne + size]
         first[:len(seeds)] = seeds
-        if uniform:                         # uniform keys come from the breeding stream
-            no_rows = np.empty(0, dtype=np.intp)
-            self.backend.breed(stream_key(rng), pool, no_rows, no_rows, self._coins, pool[:0],
-                               first[len(seeds):])
-        else:
-            self.sample(rng, size - len(seeds), out=first[len(seeds):])
+        no_rows = np.empty(0, dtype=np.intp)
+        self._newcomers(rng, pool, no_rows, no_rows, pool[:0], first[len(seeds):])
         spent.grant(size)
         scores = self._evaluate(evaluate_batch, first)
         elite_rows = np.arange(ne, home, dtype=np.intp)
@@ -203,12 +210,8 @@ class BRKGA:
             granted = spent.grant(fresh)
             start = blocks[generation % 2]
             batch = pool[start:start + fresh]
-            # one stream key breeds the children (and uniform mutants); Beta mutants
-            # are drawn from the run's generator
-            self.backend.breed(stream_key(rng), pool, elite_rows, other_rows, self._coins,
-                               batch[:children], batch[children:] if uniform else None)
-            if not uniform:
-                self.sample(rng, nm, out=batch[children:])
+            self._newcomers(rng, pool, elite_rows, other_rows, batch[:children],
+                            batch[children:])
             scores = self._evaluate(evaluate_batch, batch[:granted])
             other_rows = self.backend.promote(pool, home, elite_rows, elite_fitness,
                                               np.arange(start, start + granted, dtype=np.intp),

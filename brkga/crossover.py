@@ -72,11 +72,11 @@ def coin_values(key, layout: Layout, count: int, buffers: CrossoverBuffers | Non
                 ) -> np.ndarray:
     """The coins' 16-bit values for `count` rows ([count, genes] uint16, a view of the words)."""
     size = count * layout.coin_words
-    if buffers is not None and len(buffers.coin_counters) == size:
-        z = np.add(buffers.coin_counters, _key(key), out=buffers.coin_words)
+    if buffers is not None and len(buffers.coin_counters) == size:   # `words`, from cache
+        z = mix(np.add(buffers.coin_counters, _key(key), out=buffers.coin_words))
     else:
-        z = counters(layout.coin, size) + _key(key)
-    return mix(z).reshape(count, layout.coin_words).view(np.uint16)[:, :layout.genes]
+        z = words(_key(key), np.arange(layout.coin, layout.coin + size, dtype=np.uint64))
+    return z.reshape(count, layout.coin_words).view(np.uint16)[:, :layout.genes]
 
 
 def _tie_winners(key, layout: Layout, value: np.ndarray, coins: CoinThresholds,
@@ -123,8 +123,9 @@ def parents(key, layout: Layout, count: int, num_elites: int, num_others: int
 def uniform_mutants(key, layout: Layout, out: np.ndarray) -> np.ndarray:
     """Uniform keys k * 2**-32 for the rows of `out` ([m, genes], C-contiguous float64)."""
     m = len(out)
-    z = counters(layout.mutant, m * layout.mutant_words) + _key(key)
-    halves = mix(z).reshape(m, layout.mutant_words).view(np.uint32)[:, :layout.genes]
+    z = words(_key(key), np.arange(layout.mutant, layout.mutant + m * layout.mutant_words,
+                                   dtype=np.uint64))
+    halves = z.reshape(m, layout.mutant_words).view(np.uint32)[:, :layout.genes]
     np.copyto(out, halves)
     out *= 2.0 ** -32
     return out
