@@ -152,7 +152,7 @@ class BRKGA:
 
     @staticmethod
     def _evaluate(evaluate_batch: EvaluateBatch, keys: np.ndarray) -> np.ndarray:
-        fitness = np.array(evaluate_batch(keys), dtype=np.float64).reshape(-1)   # ours to edit
+        fitness = np.asarray(evaluate_batch(keys), dtype=np.float64).reshape(-1)  # read only
         if fitness.shape != (len(keys),):
             raise ValueError(f"evaluate_batch returned {fitness.size} values for "
                              f"{len(keys)} chromosomes")

@@ -253,6 +253,29 @@ def test_elites_are_never_reevaluated():
     np.testing.assert_array_equal(result.history, running_min)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "compiled"])
+def test_scores_handed_out_are_not_modified(backend):
+    # The GA only reads an evaluator's scores (it does not copy them), so an evaluator
+    # that keeps or reuses its arrays must find them as it returned them.
+    returned, copies = [], []
+
+    def evaluate(keys):
+        out = keys.sum(axis=1)
+        returned.append(out)
+        copies.append(out.copy())
+        return out
+
+    if backend == "compiled":
+        from regal.breed import CompiledBackend
+        chosen = CompiledBackend()
+    else:
+        chosen = NumpyBackend()
+    BRKGA(12, population_size=20, seed=3, backend=chosen).run(evaluate, budget=200)
+    assert len(returned) > 5
+    for out, copy in zip(returned, copies):
+        np.testing.assert_array_equal(out, copy)
+
+
 def test_per_gene_elite_bias_one_copies_elite_parent():
     rng = np.random.default_rng(0)
     elites = np.arange(3 * 6, dtype=float).reshape(3, 6) / 100      # distinct rows
