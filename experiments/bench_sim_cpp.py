@@ -93,8 +93,8 @@ def numba_evaluator(static: tuple, d: int):
     return run
 
 
-def check_agreement(simulators: dict) -> int:
-    """Bit-identical peaks and makespans on bench and small random graphs; returns rows checked."""
+def check_agreement(simulators: dict) -> tuple[int, int]:
+    """Bit-identical peaks and makespans on bench and small random graphs: (graphs, rows) checked."""
     from regal.sim import DeviceSpec, kernel
     rng = np.random.default_rng(12345)
     cases = [(random_dag(n, seed=n), DeviceSpec(d)) for n, d in
@@ -126,7 +126,7 @@ def check_agreement(simulators: dict) -> int:
                                  f"{n}-op graph with {d} devices: experiments/cpp/sim_port.cpp "
                                  "no longer matches the kernel and must be updated")
         rows += len(keys)
-    return rows
+    return len(cases), rows
 
 
 def per_cpu_second(run, keys, peaks, makespans, seconds: float) -> float:
@@ -193,9 +193,9 @@ def main(argv=None) -> int:
                                      text=True).stdout.splitlines()[0]
             print(f"{version}; numba {numba.__version__}; one thread; "
                   f"load average at start {os.getloadavg()[0]:.1f}")
-            rows = check_agreement(simulators)
+            graphs, rows = check_agreement(simulators)
             print(f"agreement: every build matches regal.sim.kernel bit for bit on {rows:,} "
-                  "individuals (34 graphs, half the rows with tied keys)\n")
+                  f"individuals ({graphs} graphs, half the rows with tied keys)\n")
             builds = list(BUILDS)
             print(f"evaluations per CPU second, median of {args.rounds} alternating rounds "
                   f"of >= {args.seconds:g} s; ratio: median per-round numba / C++")
