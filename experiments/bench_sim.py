@@ -6,6 +6,12 @@ an empty cache and with a warm cache, and the time and memory of one 100,000-op 
 
     .venv/bin/python experiments/bench_sim.py            # everything
     .venv/bin/python experiments/bench_sim.py --quick    # n=500 only, no 100k run
+    .venv/bin/python experiments/bench_sim.py --graphs data/real/vgg16_train_b32.npz
+                                                         # only these graph files
+
+With --graphs, only the given graph files are timed (one thread, each --devices count); the
+rows also give ns per op, the figure that compares graphs of different sizes (the cost per
+evaluation follows the op count more than the edge count).
 
 The table gives each cell's best of 3 runs; this VM's speed drifts 10-20% between minutes, so
 the target cell (n=500, d=2, one thread, >= 20,000/s) is then run `--target-runs` more times,
@@ -120,6 +126,19 @@ def target_spread(runs: int, seconds: float) -> list[float]:
             for _ in range(runs)]
 
 
+def graph_rows(named_graphs: list, device_counts: list[int], seconds: float) -> None:
+    """One-thread evaluations/s and ns per op of each (name, graph), for each device count."""
+    from regal.sim import DeviceSpec
+    print(f"{'graph':<40} {'ops':>6} {'edges':>6} {'d':>2} {'1 thr wall':>11} {'ns/op':>6}")
+    for name, graph in named_graphs:
+        n = graph.num_nodes
+        population = max(8, min(2000, 2_000_000 // max(n, 1)))
+        for d in device_counts:
+            rate = evals_per_second(graph, DeviceSpec(d), 1, population, seconds)[0]
+            print(f"{name:<40} {n:>6} {graph.num_data_edges:>6} {d:>2} "
+                  f"{rate:>11,.0f} {1e9 / rate / max(n, 1):>6.0f}", flush=True)
+
+
 def compile_times() -> tuple[float, float, float]:
     """(import s, first-call s with an empty cache, first-call s with the cache) in fresh processes."""
     cache_dir = tempfile.mkdtemp(prefix="regal-numba-cache-")
@@ -165,7 +184,26 @@ def main(argv=None) -> int:
     parser.add_argument("--devices", type=int, nargs="*", default=[2, 4, 8])
     parser.add_argument("--target-runs", type=int, default=10,
                         help="extra one-thread timings of the n=500, d=2 cell (0: none)")
+    parser.add_argument("--graphs", nargs="+", metavar="FILE",
+                        help="time only these graph files (one thread, each --devices count)")
     args = parser.parse_args(argv)
+    if not args.devices or min(args.devices) < 1:
+        parser.error("--devices: expected device counts >= 1")
+    if args.sizes and min(args.sizes) < 1:
+        parser.error("--sizes: expected op counts >= 1")
+    if not args.seconds > 0:
+        parser.error("--seconds: expected a positive number")
+    if args.graphs:
+        from regal.io import load_graph
+        named_graphs = []
+        for path in args.graphs:  # every file is read before any timing starts
+            try:
+                named_graphs.append((os.path.basename(path), load_graph(path)))
+            except (OSError, ValueError) as exc:  # GraphError is a ValueError
+                print(f"bench_sim: {path}: {exc}", file=sys.stderr)
+                return 2
+        graph_rows(named_graphs, args.devices, args.seconds)
+        return 0
     sizes = [500] if args.quick else args.sizes
     all_threads = numba.config.NUMBA_NUM_THREADS
 
