@@ -200,7 +200,8 @@ def main(argv=None) -> int:
             try:
                 named_graphs.append((os.path.basename(path), load_graph(path)))
             except (OSError, ValueError) as exc:  # GraphError is a ValueError
-                print(f"bench_sim: {path}: {exc}", file=sys.stderr)
+                where = "" if str(path) in str(exc) else f"{path}: "  # name the file once
+                print(f"bench_sim: {where}{exc}", file=sys.stderr)
                 return 2
         graph_rows(named_graphs, args.devices, args.seconds)
         return 0
