@@ -71,6 +71,11 @@ def random_dag(n: int, seed: int = 0, window: int = 64):
         input_ptr=input_ptr, input_tensor=inputs, control_src=csrc, control_dst=ctrl)
 
 
+def population_for(n: int) -> int:
+    """Keys per timed call: 2,000 at n <= 1,000 ops, fewer for bigger graphs (~2M ops a call)."""
+    return max(8, min(2000, 2_000_000 // max(n, 1)))
+
+
 def evals_per_second(graph, devices, threads: int, population: int,
                      min_seconds: float, repeats: int = 3) -> tuple[float, float]:
     """Best of `repeats` runs: (evaluations per wall second, per CPU second of this process).
@@ -122,7 +127,7 @@ def target_spread(runs: int, seconds: float) -> list[float]:
     from regal.sim import DeviceSpec
     n, d = TARGET_CELL
     graph = random_dag(n, seed=n)
-    return [evals_per_second(graph, DeviceSpec(d), 1, 2000, seconds, repeats=1)[0]
+    return [evals_per_second(graph, DeviceSpec(d), 1, population_for(n), seconds, repeats=1)[0]
             for _ in range(runs)]
 
 
@@ -132,9 +137,8 @@ def graph_rows(named_graphs: list, device_counts: list[int], seconds: float) -> 
     print(f"{'graph':<40} {'ops':>6} {'edges':>6} {'d':>2} {'1 thr wall':>11} {'ns/op':>6}")
     for name, graph in named_graphs:
         n = graph.num_nodes
-        population = max(8, min(2000, 2_000_000 // max(n, 1)))
         for d in device_counts:
-            rate = evals_per_second(graph, DeviceSpec(d), 1, population, seconds)[0]
+            rate = evals_per_second(graph, DeviceSpec(d), 1, population_for(n), seconds)[0]
             print(f"{name:<40} {n:>6} {graph.num_data_edges:>6} {d:>2} "
                   f"{rate:>11,.0f} {1e9 / rate / max(n, 1):>6.0f}", flush=True)
 
@@ -221,7 +225,7 @@ def main(argv=None) -> int:
     for n in sizes:
         graph = random_dag(n, seed=n)
         e = graph.num_data_edges
-        population = max(8, min(2000, 2_000_000 // n))
+        population = population_for(n)
         for d in args.devices:
             devices = DeviceSpec(d)
             one, one_cpu = evals_per_second(graph, devices, 1, population, args.seconds)

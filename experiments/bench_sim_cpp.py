@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from bench_sim import random_dag
+from bench_sim import population_for, random_dag
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp", "sim_port.cpp")
 BUILDS = {"C++ -O3 -march=native": ["-O3", "-march=native"], "C++ -O3": ["-O3"]}
@@ -144,7 +144,7 @@ def time_cell(simulators: dict, n: int, d: int, rounds: int, seconds: float) -> 
     from regal.sim import DeviceSpec, kernel
     graph = random_dag(n, seed=n)
     static = kernel.prepare(graph, DeviceSpec(d))
-    population = max(8, min(2000, 2_000_000 // n))
+    population = population_for(n)
     keys = np.random.default_rng(1).random((population, n * (d + 2)))
     peaks, makespans = np.empty((population, d), np.int64), np.empty(population)
     runs = {name: simulator(static, d) for name, simulator in simulators.items()}
