@@ -178,6 +178,10 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--seconds", type=float, default=0.5, help="min CPU time per timing")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds: expected at least 1")
+    if not args.seconds > 0:
+        parser.error("--seconds: expected a positive number")
     try:
         cells = [parse_cell(cell) for cell in args.cells]
         compiler = os.environ.get("CXX", "g++")
