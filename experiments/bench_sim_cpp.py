@@ -61,7 +61,7 @@ class CppSimulator:
 
     def __init__(self, library: str):
         self.function = ctypes.CDLL(library).evaluate_serial
-        self.function.restype = ctypes.c_int
+        self.function.restype = None
         self.function.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
                                   ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_void_p]

@@ -452,8 +452,8 @@ INL void decode_placement(const double* R row, int64_t n, int64_t d, int32_t* R 
 }
 
 // ptrs: the 18 arrays of prepare() in order; lens: n, t, e, len(roots)
-extern "C" int evaluate_serial(void** ptrs, const int64_t* lens, int64_t d, const double* keys,
-                               int64_t pop, int64_t* peaks, double* makespans) {
+extern "C" void evaluate_serial(void** ptrs, const int64_t* lens, int64_t d, const double* keys,
+                                int64_t pop, int64_t* peaks, double* makespans) {
     Static S;
     S.cost = (const double*)ptrs[0]; S.pers = (const int64_t*)ptrs[1];
     S.producer = (const int32_t*)ptrs[2]; S.producer_bytes = (const B*)ptrs[3];
@@ -474,5 +474,4 @@ extern "C" int evaluate_serial(void** ptrs, const int64_t* lens, int64_t d, cons
         decode_placement(row, n, d, dev);
         makespans[i] = run(S, d, dev, row + n * d, row + n * d + n, W, peaks + i * d);
     }
-    return 0;
 }
