@@ -116,6 +116,18 @@ def parse_size(text: str) -> int:
     return int(round(float(match.group(1)) * unit))
 
 
+def _parse_pins(items) -> dict:
+    """['OP=DEVICE', ...] -> {OP: device}; ValueError naming a malformed item."""
+    pins = {}
+    for item in items or ():
+        op, sep, device = item.rpartition("=")
+        if not sep or not op or not device.strip().lstrip("-").isdigit():
+            raise ValueError(f"--pin {item!r}: expected OP=DEVICE (OP a name or pattern, "
+                             f"DEVICE an integer)")
+        pins[op] = int(device)
+    return pins
+
+
 def cmd_optimize(args) -> int:
     from tqdm import tqdm
 
@@ -123,11 +135,25 @@ def cmd_optimize(args) -> int:
     from regal.io import load_graph
     from regal.sim import DeviceSpec
 
-    optimizers.get_method(args.method)  # an unknown method fails before the graph loads
+    method = optimizers.get_method(args.method)  # an unknown method fails before the graph
+    options = {}
+    if args.time_limit is not None:
+        if not args.time_limit > 0:
+            raise ValueError(f"--time-limit: expected a positive number of seconds, "
+                             f"got {args.time_limit}")
+        if not optimizers._accepts(method, "time_limit"):
+            raise ValueError(f"--time-limit: method {args.method!r} counts model evaluations "
+                             "(--budget), it takes no time limit")
+        options["time_limit"] = args.time_limit
     for flag, path in (("--out", args.out), ("--plot", args.plot)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ValueError(f"{flag} {path}: the directory does not exist")
     graph = load_graph(args.graph)
+    if args.pin or args.colocate:
+        from regal.graph import with_constraints
+        graph = with_constraints(graph, pins=_parse_pins(args.pin),
+                                 colocate=[c.split(",") for c in args.colocate or ()],
+                                 num_devices=args.devices)
     devices = DeviceSpec(args.devices, memory_limit=args.memory_limit)
     problem = optimizers.Problem(graph, devices, args.objective)
     bars = []  # opened on the first report, so an early argument error prints no bar
@@ -139,13 +165,26 @@ def cmd_optimize(args) -> int:
         bars[0].update(evaluations - bars[0].n)
     try:
         solution = optimizers.solve(args.method, problem, args.budget, args.seed,
-                                    progress=progress)
+                                    progress=progress, **options)
     finally:
         if bars:
             bars[0].close()
     references = [optimizers.single_device(problem), optimizers.round_robin(problem)]
     print(f"{args.graph}: {graph.num_nodes} ops on {devices.count} devices")
     print("\n".join(optimizers.describe(problem, solution, references)))
+    status = solution.extra.get("status")
+    if status is not None:
+        print(f"solver status: {status}" + ("" if solution.extra.get("time_limit") is None
+                                           else f" (time limit {solution.extra['time_limit']} s)"))
+    if args.objective == "peak_memory":
+        from regal.bounds import gap_to_bound, lower_bound
+        from regal.units import format_bytes
+        extra = {}
+        if solution.extra.get("bound") is not None and status in ("OPTIMAL", "FEASIBLE"):
+            extra["cpsat"] = solution.extra["bound"]
+        bound = lower_bound(graph, devices, extra=extra)
+        print(f"within {100 * gap_to_bound(solution.value, bound):.2f}% of the lower bound "
+              f"{format_bytes(bound.value)} ({bound.source})")
     if args.out:
         import json
         record = optimizers.solution_record(problem, solution, args.budget, source=args.graph)
@@ -187,7 +226,8 @@ def cmd_report(args) -> int:
     from regal.report import write_report
 
     result = write_report(args.results, args.out, baseline=("brkga", args.baseline_budget),
-                          chart=not args.no_chart)
+                          chart=not args.no_chart, best_known=args.best_known,
+                          bounds=not args.no_bounds)
     print(result["markdown"])
     print("wrote " + ", ".join(result["files"]))
     return 0
@@ -247,6 +287,47 @@ def cmd_measure(args) -> int:
     return 0
 
 
+
+def cmd_best_known(args) -> int:
+    from regal.bestknown import build_store
+    from regal.units import format_bytes, format_duration_us
+
+    if args.time_per_graph is None or not args.time_per_graph > 0:
+        raise ValueError(f"--time-per-graph: expected a positive number of seconds, "
+                         f"got {args.time_per_graph}")
+    summary = build_store(args.graphs, args.out, devices=args.devices,
+                          objective=args.objective, memory_limit=args.memory_limit,
+                          time_per_graph=args.time_per_graph, seed=args.seed,
+                          workers=args.workers, ray=args.ray, progress=not args.quiet)
+    unit = format_bytes if args.objective == "peak_memory" else format_duration_us
+    for graph, d, before, after in summary.rows:
+        if after is None:
+            continue
+        change = "new" if before is None else \
+            ("unchanged" if after >= before else f"{(before - after) / before:+.2%} better")
+        print(f"  {graph} d={d}: {unit(after)} ({change})")
+    print(f"{summary.keys} graph x device entries: {summary.skipped} already had the time, "
+          f"{summary.chunks} chunks run, {summary.improved} improvements in "
+          f"{summary.seconds:.0f} s; store {args.out}")
+    return 0
+
+
+def cmd_bounds(args) -> int:
+    from regal.bounds import format_bound, lower_bound
+    from regal.io import load_graph
+    from regal.sim import DeviceSpec
+
+    for path in args.graphs:
+        graph = load_graph(path)
+        for d in args.devices:
+            bound = lower_bound(graph, DeviceSpec(d))
+            if args.bytes:
+                print(f"{path} d={d}: {bound.value}")
+            else:
+                print(f"{path} d={d}: {format_bound(bound)}")
+    return 0
+
+
 # ---------------------------------------------------------------------------
 # parser
 
@@ -297,9 +378,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
     p.add_argument("--method", default="brkga", help="optimizer (default: brkga)")
     p.add_argument("--budget", type=int, default=5000, help="performance-model evaluations")
+    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="solver time limit (methods that take one, e.g. cpsat)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", metavar="JSON", help="write the solution here")
     p.add_argument("--plot", metavar="PNG", help="draw memory over time and a Gantt chart")
+    p.add_argument("--pin", action="append", metavar="OP=DEVICE",
+                   help="run OP's colocation group on DEVICE (repeatable; OP is a name, a "
+                        "glob like 'dense*' or re:REGEX)")
+    p.add_argument("--colocate", action="append", metavar="OP,OP,...",
+                   help="run these ops (and their groups) on one device (repeatable)")
     p.set_defaults(func=cmd_optimize)
 
     p = sub.add_parser("compare", help="run methods on graph folders and record every run "
@@ -330,6 +418,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline-budget", type=int, default=5000,
                    help="budget of the brkga runs that are the baseline (default 5000)")
     p.add_argument("--no-chart", action="store_true", help="tables only")
+    p.add_argument("--best-known", nargs="+", default=None, metavar="STORE",
+                   help="best-known stores for the gap from best (default: data/bestknown/)")
+    p.add_argument("--no-bounds", action="store_true",
+                   help="skip the gap to the lower bound (it reads every graph file)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("train", help="train the REGAL policy with REINFORCE (resumable)")
@@ -358,6 +450,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-elite-bias", action="store_true", help="do not learn the elite bias")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("best-known", help="build or extend a store of best-known solutions "
+                       "with long portfolio runs (resumable, monotone)")
+    p.add_argument("graphs", nargs="+", metavar="GRAPHS", help="graph files or folders")
+    p.add_argument("--devices", type=int, nargs="+", required=True, metavar="D")
+    p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
+    p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
+                   help="per-device memory limit (makespan objective)")
+    p.add_argument("--time-per-graph", type=float, required=True, metavar="SECONDS",
+                   help="portfolio CPU seconds per graph and device count, in total over reruns")
+    p.add_argument("--out", required=True, metavar="STORE", help="store file (.jsonl)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument("--ray", action="store_true", help="fan out on a local Ray cluster")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_best_known)
+
+    p = sub.add_parser("bounds", help="a valid lower bound on the peak memory of graphs")
+    p.add_argument("graphs", nargs="+", metavar="GRAPH", help="graph files")
+    p.add_argument("--devices", type=int, nargs="+", required=True, metavar="D")
+    p.add_argument("--bytes", action="store_true", help="print the bound in bytes only")
+    p.set_defaults(func=cmd_bounds)
 
     model_help = ("the model the solution's graph was imported from (as for `regal import`)")
     p = sub.add_parser("apply", help="write a model's graph with a solution's devices and "

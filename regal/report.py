@@ -7,6 +7,14 @@ Per setting (objective, devices, memory limit) and dataset, for every (method, b
   reached on that graph;
 - headroom captured: that improvement / the best-known improvement on the same graphs,
   shown only where the best-known improvement is positive (otherwise it means nothing).
+- % gap to lower bound (peak memory): mean over graphs of (obj - bound) / bound, with the
+  valid lower bound of `regal.bounds`;
+- wins / losses against BRKGA-5K (graphs where the seed mean is lower / higher), the
+  two-sided Wilcoxon signed-rank p over the paired per-graph means, and the spread over seeds
+  (mean over graphs of the seeds' standard deviation / mean).
+"Best" is the best-known store's value (`regal.bestknown`, built by long portfolio runs) when
+it has an entry for the graph, else (and when a record beats the store) the best record; the
+report says for how many graphs the store had no entry.
 A method's value on a graph is the mean over its successful seeds; failed runs are counted
 but never averaged in.
 """
@@ -26,8 +34,9 @@ __all__ = ["BASELINE", "CSV_FIELDS", "baseline_name", "summarize", "to_markdown"
 BASELINE = ("brkga", 5000)  # BRKGA-5K: method brkga at a budget of 5,000 evaluations
 CSV_FIELDS = ("objective", "devices", "memory_limit", "dataset", "method", "budget", "options",
               "graphs",
-              "runs", "failed", "improvement_pct", "gap_pct", "headroom_pct", "mean_value",
-              "mean_wall_s", "mean_evaluations", "feasible_pct")
+              "runs", "failed", "improvement_pct", "gap_pct", "headroom_pct", "gap_bound_pct",
+              "wins", "losses", "wilcoxon_p", "seed_spread_pct", "no_best_known",
+              "mean_value", "mean_wall_s", "mean_evaluations", "feasible_pct")
 
 
 def baseline_name(baseline: tuple[str, int] = BASELINE) -> str:
@@ -53,12 +62,46 @@ def _relative(numer_base: float, numer_sub: float, denom: float) -> float | None
     return (numer_base - numer_sub) / denom
 
 
-def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE) -> list[dict]:
+def _wilcoxon(base: list[float], mine: list[float]) -> float | None:
+    """Two-sided Wilcoxon signed-rank p over paired per-graph values (None: nothing to test)."""
+    diffs = [a - b for a, b in zip(base, mine) if a != b]
+    if len(diffs) < 2:
+        return None
+    from scipy.stats import wilcoxon
+    return float(wilcoxon(base, mine, zero_method="wilcox").pvalue)
+
+
+def _spread(values: list[float]) -> float | None:
+    """Standard deviation over seeds / their mean (None for a single seed)."""
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    if mean == 0:
+        return 0.0
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(var) / abs(mean)
+
+
+def store_key(setting: tuple, fingerprint: str) -> tuple:
+    """A record's (setting, fingerprint) as a best-known store key."""
+    from regal.bestknown import entry_key
+    objective, devices, limit = setting
+    limits = None if limit is None else \
+        (list(limit) if isinstance(limit, (list, tuple)) else [int(limit)] * devices)
+    return entry_key(fingerprint, devices, limits, objective)
+
+
+def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
+              best_known: dict | None = None, bounds: dict | None = None) -> list[dict]:
     """One row per (setting, dataset, method, budget, options), metrics in percent.
 
-    The baseline is `baseline` = (method, budget) run with default options.
+    The baseline is `baseline` = (method, budget) run with default options. `best_known`
+    maps a store key (`regal.bestknown.entry_key`) to the best-known value; `bounds` maps
+    (devices, fingerprint) to a valid lower bound on the peak memory.
     """
     records = list(records)
+    best_known = best_known or {}
+    bounds = bounds or {}
     best: dict[tuple, float] = {}             # (setting, fingerprint) -> best value ever
     per_seed = defaultdict(list)              # (setting, dataset, method, budget, fp) -> values
     runs = defaultdict(int)
@@ -81,9 +124,20 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE) -> 
         evals[row].append(float(r.get("evaluations") or 0))
         feasible[row].append(bool(r.get("feasible")))
 
+    stored = set()  # (setting, fingerprint) whose best comes from the store
+    for graph in list(best):
+        value = best_known.get(store_key(*graph))
+        if value is not None:
+            stored.add(graph)
+            best[graph] = min(best[graph], float(value))
+
     per_graph: dict[tuple, dict[str, float]] = defaultdict(dict)  # row -> {fp: seed mean}
+    spread: dict[tuple, list[float]] = defaultdict(list)
     for key, values in per_seed.items():
         per_graph[key[:5]][key[5]] = sum(values) / len(values)
+        s = _spread(values)
+        if s is not None:
+            spread[key[:5]].append(s)
 
     rows = []
     for row in sorted(runs, key=lambda k: (str(k[0]), k[1], k[2], k[3], k[4])):
@@ -100,12 +154,25 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE) -> 
         headroom = improvement / possible \
             if improvement is not None and possible is not None and possible > 0 else None
         objective, devices, limit = setting
+        to_bound = _mean(x for x in (_relative(mine[fp], bounds[(devices, fp)],
+                                               bounds[(devices, fp)])
+                                     for fp in mine if (devices, fp) in bounds)
+                         if x is not None) if objective == "peak_memory" else None
+        is_base = (method, budget, options) == tuple(baseline) + ("{}",)
+        wins = None if is_base or not shared else sum(mine[fp] < base[fp] for fp in shared)
+        losses = None if is_base or not shared else sum(mine[fp] > base[fp] for fp in shared)
+        p_value = None if is_base else _wilcoxon([base[fp] for fp in shared],
+                                                 [mine[fp] for fp in shared])
         rows.append(dict(
             objective=objective, devices=devices, memory_limit=limit, dataset=dataset,
             method=method, budget=budget, options=options, graphs=len(mine), runs=runs[row], failed=failed[row],
             improvement_pct=None if improvement is None else 100 * improvement,
             gap_pct=None if gap is None else 100 * gap,
             headroom_pct=None if headroom is None else 100 * headroom,
+            gap_bound_pct=None if to_bound is None else 100 * to_bound,
+            wins=wins, losses=losses, wilcoxon_p=p_value,
+            seed_spread_pct=None if not spread[row] else 100 * _mean(spread[row]),
+            no_best_known=sum((setting, fp) not in stored for fp in mine),
             mean_value=_mean(mine.values()), mean_wall_s=_mean(wall[row]),
             mean_evaluations=_mean(evals[row]),
             feasible_pct=None if not feasible[row] else 100 * _mean(map(float, feasible[row]))))
@@ -161,25 +228,37 @@ def to_markdown(rows: list[dict], baseline: tuple[str, int] = BASELINE) -> str:
             graphs = max(r["graphs"] for r in part)
             lines += [f"### {dataset} ({graphs} graphs)", "",
                       "| method | budget | graphs | runs | failed | % impr. over "
-                      f"{name} | % gap from best | headroom captured % "
-                      "| mean wall s |",
-                      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                      f"{name} | W/L | Wilcoxon p | % gap from best | % gap to lower bound "
+                      "| headroom captured % | seed spread % | mean wall s |",
+                      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+                      "| ---: | ---: | ---: |"]
             for r in part:
+                wl = "-" if r["wins"] is None else f"{r['wins']}/{r['losses']}"
+                p = "-" if r["wilcoxon_p"] is None else f"{r['wilcoxon_p']:.2g}"
                 lines.append(
                     f"| {_label(r)} | {r['budget']} | {r['graphs']} | {r['runs']} | "
-                    f"{r['failed']} | {_fmt(r['improvement_pct'], signed=True)} | "
-                    f"{_fmt(r['gap_pct'])} | {_fmt(r['headroom_pct'], 1)} | "
+                    f"{r['failed']} | {_fmt(r['improvement_pct'], signed=True)} | {wl} | {p} | "
+                    f"{_fmt(r['gap_pct'])} | {_fmt(r['gap_bound_pct'])} | "
+                    f"{_fmt(r['headroom_pct'], 1)} | {_fmt(r['seed_spread_pct'])} | "
                     f"{_fmt(r['mean_wall_s'], 2)} |")
             lines.append("")
+            missing = max(r["no_best_known"] for r in part)
+            lines += [f"Best-known store: entries for {graphs - missing} of {graphs} graphs"
+                      + ("" if not missing else
+                         f"; for the other {missing}, best = the best record") + ".", ""]
             if not any((r["method"], r["budget"], r["options"]) == tuple(baseline) + ("{}",)
                        and r["graphs"]
                        for r in part):
                 lines += [f"(no {baseline[0]} run at budget {baseline[1]} on {dataset}: "
                           "no improvement column)", ""]
-    lines += ["Improvement and gap: mean over graphs of per-graph relative differences; each "
-              "graph's value is the mean over seeds. Best = the best value any record in the "
-              "results reached on that graph. Headroom = improvement / best-known improvement, "
-              "shown where the latter is positive.", ""]
+    lines += ["Improvement and gaps: mean over graphs of per-graph relative differences; each "
+              "graph's value is the mean over seeds. Best = the best-known store's value (long "
+              "portfolio runs), or a record's where one is lower or the store has no entry. "
+              "Lower bound: `regal bounds` (valid for peak memory). Headroom = improvement / "
+              "best-known improvement, shown where the latter is positive. W/L = graphs "
+              f"better / worse than {name}; p = two-sided Wilcoxon signed-rank test on the "
+              "paired per-graph means; seed spread = mean over graphs of std / mean over "
+              "seeds.", ""]
     return "\n".join(lines)
 
 
@@ -198,17 +277,60 @@ def _slug(objective: str, devices: int, limit) -> str:
     return f"{objective}_{devices}dev" + ("" if limit is None else f"_{limit}B")
 
 
+SHIPPED_STORES = Path(__file__).resolve().parent.parent / "data" / "bestknown"
+
+
+def best_known_values(stores=None) -> dict:
+    """Store key -> best value over the given store files (default: the shipped stores)."""
+    from regal.bestknown import load_store
+
+    if stores is None:
+        stores = sorted(SHIPPED_STORES.glob("*.jsonl")) if SHIPPED_STORES.is_dir() else []
+    values: dict = {}
+    for path in stores:
+        if not Path(path).is_file():
+            raise ValueError(f"best-known store {path}: no such file")
+        for key, entry in load_store(path)[0].items():
+            values[key] = min(values.get(key, math.inf), entry.value)
+    return values
+
+
+def lower_bounds(records: list[dict]) -> dict:
+    """(devices, fingerprint) -> lower bound, for every peak-memory record whose graph file
+    is still there and unchanged (others simply get no bound column)."""
+    from regal.bounds import lower_bound
+    from regal.io import load_graph
+
+    wanted = defaultdict(set)  # path -> {(devices, fingerprint)}
+    for r in records:
+        if r.get("objective") == "peak_memory" and r.get("graph_path"):
+            wanted[r["graph_path"]].add((int(r["devices"]), r["fingerprint"]))
+    out = {}
+    for path, keys in wanted.items():
+        try:
+            graph = load_graph(path)
+        except (OSError, ValueError):
+            continue
+        fingerprint = graph.fingerprint()
+        for devices, fp in keys:
+            if fp == fingerprint:
+                out[(devices, fp)] = float(lower_bound(graph, devices).value)
+    return out
+
+
 def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
-                 chart: bool = True, keep=None) -> dict:
+                 chart: bool = True, keep=None, best_known=None, bounds: bool = True) -> dict:
     """Reads every record under `results` (those `keep(record)` accepts, if given); writes
     table.md, table.csv and a bar chart per setting into `out` (default: `results`).
+    `best_known`: store files (default: the shipped stores under data/bestknown/).
     Returns {"markdown": text, "rows": [...], "files": [...]}."""
     from regal.harness import load_records
 
     records = [r for r in load_records(results) if keep is None or keep(r)]
     if not records:
         raise ValueError(f"results: no records (*.jsonl) under {results}")
-    rows = summarize(records, baseline)
+    rows = summarize(records, baseline, best_known=best_known_values(best_known),
+                     bounds=lower_bounds(records) if bounds else None)
     out = Path(results if out is None else out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: {out} is a file, expected a folder")

@@ -126,3 +126,38 @@ def test_report_errors(tmp_path):
     assert main(["report", str(tmp_path / "absent")]) == 2
     (tmp_path / "empty").mkdir()
     assert main(["report", str(tmp_path / "empty")]) == 2
+
+
+def test_best_known_store_bounds_and_paired_statistics():
+    """With a store and bounds: best = min(store, records); the other columns by hand."""
+    from regal.bestknown import entry_key
+
+    records = [
+        rec("A", "g1", "brkga", 5000, 0, 100.0), rec("A", "g1", "brkga", 5000, 1, 120.0),
+        rec("A", "g2", "brkga", 5000, 0, 200.0),
+        rec("A", "g3", "brkga", 5000, 0, 40.0),
+        rec("A", "g1", "m1", 5000, 0, 90.0), rec("A", "g1", "m1", 5000, 1, 90.0),
+        rec("A", "g2", "m1", 5000, 0, 210.0),
+        rec("A", "g3", "m1", 5000, 0, 30.0),
+    ]
+    store = {entry_key("fp-g1", 2, None, "peak_memory"): 50.0,   # far below every record
+             entry_key("fp-g2", 2, None, "peak_memory"): 250.0}  # above a record: record wins
+    bounds = {(2, "fp-g1"): 40.0, (2, "fp-g2"): 100.0}             # g3: no bound
+    rows = report.summarize(records, best_known=store, bounds=bounds)
+    base, m1 = row(rows, "A", "brkga"), row(rows, "A", "m1")
+    # brkga means: g1 110, g2 200, g3 40; m1: g1 90, g2 210, g3 30; best: g1 50, g2 200, g3 30
+    assert m1["improvement_pct"] == pytest.approx(100 * (20 / 110 - 10 / 200 + 10 / 40) / 3)
+    assert m1["gap_pct"] == pytest.approx(100 * (40 / 50 + 10 / 200 + 0) / 3)
+    assert m1["gap_bound_pct"] == pytest.approx(100 * (50 / 40 + 110 / 100) / 2)
+    possible = (60 / 110 + 0 + 10 / 40) / 3
+    assert m1["headroom_pct"] == pytest.approx(100 * m1["improvement_pct"] / 100 / possible)
+    assert (m1["wins"], m1["losses"]) == (2, 1)
+    assert base["wins"] is None and base["wilcoxon_p"] is None
+    from scipy.stats import wilcoxon
+    assert m1["wilcoxon_p"] == pytest.approx(wilcoxon([110, 200, 40], [90, 210, 30]).pvalue)
+    # spread over seeds: only g1 has two seeds; brkga: std(100, 120) / 110
+    assert base["seed_spread_pct"] == pytest.approx(100 * (200 ** 0.5) / 110)
+    assert m1["seed_spread_pct"] == 0.0
+    assert m1["no_best_known"] == 1  # g3 has no store entry
+    text = report.to_markdown(rows)
+    assert "entries for 2 of 3 graphs" in text and "gap to lower bound" in text

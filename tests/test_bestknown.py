@@ -1,0 +1,175 @@
+"""The best-known store: monotone, tolerant, resumable; entries decode to their stored value."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from graphgen import random_graph
+from regal.bestknown import Entry, Store, build_store, dense_ranks, entry_key, load_store
+from regal.decode import rank_normalize
+from regal.io import save_graph
+from regal.optimizers import Problem, round_robin, single_device, solve
+from regal.sim import DeviceSpec, simulate
+
+
+def _graph_file(tmp_path, seed: int, ops: int = 25, name: str | None = None):
+    graph = random_graph(np.random.default_rng(seed), ops)
+    path = tmp_path / f"{name or f'g{seed}'}.npz"
+    save_graph(graph, path)
+    return graph, path
+
+
+def _entry(problem, solution, name="g"):
+    return Entry.from_solution(problem, solution, graph=name, found_by=solution.method,
+                               evaluations=1, seconds=0.0)
+
+
+def test_dense_ranks_keep_the_schedule():
+    """Priorities stored as ranks give the simulator the same schedule, to the byte."""
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        graph = random_graph(rng)
+        n, d = graph.num_nodes, int(rng.integers(1, 4))
+        placement = rng.integers(0, d, n).astype(np.int32)
+        prio = rng.choice([0.1, 0.5, 0.7, 0.9], n)  # ties on purpose
+        tprio = rng.random(n)
+        a = simulate(graph, DeviceSpec(d), placement, prio, tprio)
+        b = simulate(graph, DeviceSpec(d), placement, rank_normalize(dense_ranks(prio)),
+                     rank_normalize(dense_ranks(tprio)))
+        assert np.array_equal(a.peak, b.peak) and a.makespan == b.makespan
+
+
+def test_store_is_monotone_and_survives_reload(tmp_path):
+    graph = random_graph(np.random.default_rng(1), 20)
+    problem = Problem(graph, DeviceSpec(2))
+    good, bad = sorted([single_device(problem), round_robin(problem)], key=lambda s: s.value)
+    path = tmp_path / "store.jsonl"
+    store = Store(path)
+    assert store.offer(_entry(problem, bad))
+    assert store.offer(_entry(problem, good)) == (good.value < bad.value)
+    assert not store.offer(_entry(problem, bad))  # never replaced by a worse (or equal) one
+    store.close()
+    best, _ = load_store(path)
+    key = entry_key(graph.fingerprint(), 2, None, "peak_memory")
+    assert best[key].value == good.value
+    # the stored entry decodes to exactly its value
+    assert best[key].solution(problem).value == good.value
+    assert np.isclose(solve("brkga", problem, 200, 0, initial=[best[key].solution(problem)]).value,
+                      min(good.value, solve("brkga", problem, 200, 0,
+                                            initial=[good]).value))
+
+
+def test_reader_skips_foreign_and_torn_lines(tmp_path):
+    graph = random_graph(np.random.default_rng(2), 10)
+    problem = Problem(graph, DeviceSpec(2))
+    path = tmp_path / "store.jsonl"
+    store = Store(path)
+    store.offer(_entry(problem, single_device(problem)))
+    store.close()
+    with open(path, "a") as f:
+        f.write("42\n[]\nnull\n{\"kind\": \"solution\", \"value\": 1}\nnot json\n")
+        f.write(json.dumps({"kind": "effort", "fingerprint": "x"}) + "\n")
+        f.write("{\"torn\": ")  # a kill mid-write
+    best, effort = load_store(path)
+    assert len(best) == 1 and effort == {}
+    store = Store(path)  # opening for writing cuts the torn tail
+    store.add_effort(next(iter(best)), 1.5)
+    store.close()
+    assert load_store(path)[1] == {next(iter(best)): 1.5}
+
+
+def test_build_resumes_and_never_gets_worse(tmp_path):
+    _, p1 = _graph_file(tmp_path, 11)
+    _, p2 = _graph_file(tmp_path, 12)
+    store = tmp_path / "bk.jsonl"
+    first = build_store([tmp_path], store, devices=[2], time_per_graph=1.5, workers=1,
+                        progress=False)
+    assert first.keys == 2 and first.chunks == 2 and first.skipped == 0
+    best1, effort1 = load_store(store)
+    assert len(best1) == 2 and all(s >= 1.4 for s in effort1.values())
+    again = build_store([tmp_path], store, devices=[2], time_per_graph=1.5, workers=1,
+                        progress=False)
+    assert again.skipped == 2 and again.chunks == 0  # nothing owed: resume is a no-op
+    more = build_store([tmp_path], store, devices=[2], time_per_graph=3.0, workers=1,
+                       progress=False)
+    assert more.chunks == 2
+    best2, effort2 = load_store(store)
+    for key in best1:
+        assert best2[key].value <= best1[key].value
+        assert effort2[key] > effort1[key]
+
+
+def test_build_with_a_pool_and_compact(tmp_path):
+    graphs = [_graph_file(tmp_path, s, 15)[0] for s in (21, 22, 23)]
+    store_path = tmp_path / "bk.jsonl"
+    summary = build_store([tmp_path], store_path, devices=[1, 3], time_per_graph=1.0,
+                          workers=2, progress=False)
+    assert summary.keys == 6
+    store = Store(store_path)
+    assert len(store) == 6
+    store.compact()
+    lines = store_path.read_text().splitlines()
+    assert len(lines) == 12  # one solution and one effort line per key
+    best, _ = load_store(store_path)
+    for graph in graphs:
+        for d in (1, 3):
+            entry = best[entry_key(graph.fingerprint(), d, None, "peak_memory")]
+            problem = Problem(graph, DeviceSpec(d))
+            # never worse than the cheap references the portfolio starts from
+            assert entry.value <= min(single_device(problem).value, round_robin(problem).value)
+            assert entry.solution(problem).value == entry.value
+
+
+def test_a_killed_build_keeps_finished_chunks(tmp_path):
+    """A build interrupted after its first chunk has that chunk's entry and effort stored."""
+    _graph_file(tmp_path, 31)
+    _graph_file(tmp_path, 32)
+    store = tmp_path / "bk.jsonl"
+
+    def stop(_):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build_store([tmp_path], store, devices=[2], time_per_graph=1.0, workers=1,
+                    progress=False, on_chunk=stop)
+    best, effort = load_store(store)
+    assert len(best) == 1 and len(effort) == 1
+    rerun = build_store([tmp_path], store, devices=[2], time_per_graph=1.0, workers=1,
+                        progress=False)
+    assert rerun.skipped == 1 and rerun.chunks == 1
+
+
+def test_cli_best_known(tmp_path):
+    _graph_file(tmp_path, 41, 12, name="small")
+    store = tmp_path / "bk.jsonl"
+    run = subprocess.run([sys.executable, "-m", "regal.cli", "best-known", str(tmp_path),
+                          "--devices", "2", "--time-per-graph", "1", "--out", str(store),
+                          "--workers", "1", "--quiet"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "small d=2" in run.stdout and "(new)" in run.stdout
+    bad = subprocess.run([sys.executable, "-m", "regal.cli", "best-known", str(tmp_path),
+                          "--devices", "2", "--time-per-graph", "0", "--out", str(store)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--time-per-graph" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    missing = subprocess.run([sys.executable, "-m", "regal.cli", "best-known",
+                              str(tmp_path / "nope"), "--devices", "2", "--time-per-graph",
+                              "1", "--out", str(store)], capture_output=True, text=True)
+    assert missing.returncode == 2 and "nope" in missing.stderr
+
+
+def test_build_on_ray(tmp_path):
+    pytest.importorskip("ray")
+    _graph_file(tmp_path, 51, 12)
+    _graph_file(tmp_path, 52, 12)
+    store = tmp_path / "bk.jsonl"
+    summary = build_store([tmp_path], store, devices=[2], time_per_graph=1.0, workers=2,
+                          ray=True, progress=False)
+    assert summary.chunks == 2
+    best, effort = load_store(store)
+    assert len(best) == 2 and len(effort) == 2
