@@ -95,6 +95,24 @@ def initial_solutions(problem: Problem) -> np.ndarray:
     return np.stack([runs, single]) if d > 1 else single[None, :]
 
 
+def _given_starts(problem: Problem, initial) -> np.ndarray:
+    """Solutions or chromosomes -> [m, genes] keys that respect the colocation groups."""
+    from regal.optimizers import Solution
+
+    items = [initial] if isinstance(initial, Solution) else list(initial) \
+        if isinstance(initial, (list, tuple)) else list(np.atleast_2d(initial))
+    graph, d = problem.graph, problem.devices.count
+    rows = []
+    for item in items:
+        if isinstance(item, Solution):
+            placement, priority, transfer = item.placement, item.priority, item.transfer_priority
+        else:
+            placement, priority, transfer = decode(np.asarray(item, np.float64), graph, d)
+        rows.append(encode(_conforming(graph, np.asarray(placement, np.int32)),
+                           _rerank(priority), _rerank(transfer), d))
+    return np.stack(rows)
+
+
 def _secondary(objective: str, peaks: np.ndarray) -> np.ndarray:
     return peaks.sum(axis=1).astype(np.float64) if objective == "peak_memory" \
         else peaks.max(axis=1).astype(np.float64)
@@ -434,11 +452,12 @@ def _heuristic_starts(problem: Problem, names, budget: int, seed: int, etf_max_o
 
 def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
           patience: int | None = None, heuristics=HEURISTICS, etf_max_ops: int = 1000,
-          directed: float = 0.85, progress=None) -> Solution:
+          directed: float = 0.85, initial=None, progress=None) -> Solution:
     """Peak-directed hill climbing with restarts; at most `budget` evaluations.
 
     `batch_size` is the largest batch (the search adapts between 8 and it), `heuristics`
-    the registry methods tried as starts, `directed` the share of peak-directed neighbours.
+    the registry methods tried as starts, `directed` the share of peak-directed neighbours,
+    `initial` extra starts (Solutions or chromosomes: a warm start, e.g. a best-known one).
     """
     from regal.sim import evaluate
 
@@ -461,10 +480,14 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
         return np.column_stack([values, _secondary(objective, peaks)])
 
     # 1. starts: model-free constructions, then the registry's heuristics
-    starts = initial_solutions(problem)[:budget]
+    starts = initial_solutions(problem)
+    names = ["runs", "single"] if d > 1 else ["single"]
+    if initial is not None:
+        given = _given_starts(problem, initial)
+        starts, names = np.vstack([given, starts]), ["initial"] * len(given) + names
+    starts, names = starts[:budget], names[:budget]
     scores = score_batch(starts)
     used = len(starts)
-    names = ["runs", "single"][:len(starts)] if d > 1 else ["single"]
     for keys, found, cost, name in _heuristic_starts(problem, heuristics, budget - used, seed,
                                                      etf_max_ops):
         used += cost

@@ -201,3 +201,16 @@ def test_groups_move_whole_and_pins_hold():
         assert sol.value == 100.0
     with_heuristics = solve("local-search", problem, 60, 0)
     assert colocation_violation(constrained, with_heuristics.placement) is None
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_warm_start_is_never_lost(seed):
+    """Started from a better solution than every heuristic, the answer is at least as good."""
+    problem = Problem(synth.random_dag(60, 30 + seed), DeviceSpec(3))
+    warm = solve("brkga", problem, 3000, seed)
+    found = solve("local-search", problem, 50, seed, initial=warm, heuristics=())
+    assert found.value <= warm.value
+    assert found.evaluations <= 50
+    # a chromosome works as well as a Solution
+    again = solve("local-search", problem, 50, seed, initial=warm.keys(), heuristics=())
+    assert again.value == found.value
