@@ -75,12 +75,16 @@ class BRKGA:
     1.0, so both missing means uniform keys. `backend` breeds each generation's
     children (and uniform mutants) from a stream key and promotes the best to the
     elite (`brkga.backend`; default: the numpy reference); any backend gives the same
-    run for the same seed.
+    run for the same seed. `uniform_mutant_fraction` of every generation's mutants (and of
+    the sampled part of the first population) are uniform keys whatever `alpha`/`beta` say:
+    a search with biased keys keeps some plain BRKGA exploration (0, the default, draws
+    exactly the numbers it drew before the option existed).
     """
 
     def __init__(self, num_genes: int, population_size: int = 100, elite_fraction: float = 0.2,
                  mutant_fraction: float = 0.2, elite_bias=0.7, alpha=None, beta=None,
-                 seed: int | None = 0, backend: Backend | None = None) -> None:
+                 seed: int | None = 0, backend: Backend | None = None,
+                 uniform_mutant_fraction: float = 0.0) -> None:
         if int(num_genes) != num_genes or num_genes < 1:
             raise ValueError(f"num_genes must be a positive integer, got {num_genes}")
         if int(population_size) != population_size or population_size < 3:
@@ -105,6 +109,10 @@ class BRKGA:
         # a scalar stays a scalar: comparing against it is cheaper than a row
         self.elite_bias = float(bias[0]) if np.ndim(elite_bias) == 0 else bias
 
+        self.uniform_mutant_fraction = float(uniform_mutant_fraction)
+        if not 0.0 <= self.uniform_mutant_fraction <= 1.0:
+            raise ValueError(f"uniform_mutant_fraction must lie in [0, 1], got "
+                             f"{uniform_mutant_fraction}")
         self.alpha = None if alpha is None else self._beta_param("alpha", alpha)
         self.beta = None if beta is None else self._beta_param("beta", beta)
         self.seed = seed
@@ -142,13 +150,16 @@ class BRKGA:
                    other_rows: np.ndarray, children: np.ndarray, mutants: np.ndarray) -> None:
         """Breeds `children` and draws `mutants`. One stream key feeds the children and
         uniform mutants (drawn only when there is one of them: generation 0 with Beta
-        keys has neither); Beta mutants come from the run's generator afterwards."""
+        keys and no uniform share has neither); Beta mutants come from the run's generator
+        afterwards. With Beta keys, the first `uniform_mutant_fraction` of the mutants
+        are uniform."""
         uniform = self._sampler.uniform
-        if len(children) or uniform:
+        plain = len(mutants) if uniform else int(round(self.uniform_mutant_fraction * len(mutants)))
+        if len(children) or uniform or plain:
             self.backend.breed(stream_key(rng), pool, elite_rows, other_rows, self._coins,
-                               children, mutants if uniform else None)
+                               children, mutants[:plain] if uniform or plain else None)
         if not uniform:
-            self.sample(rng, len(mutants), out=mutants)
+            self.sample(rng, len(mutants) - plain, out=mutants[plain:])
 
     @staticmethod
     def _evaluate(evaluate_batch: EvaluateBatch, keys: np.ndarray) -> np.ndarray:

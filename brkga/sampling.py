@@ -36,6 +36,11 @@ _TWO_M32 = 2.0 ** -32
 _MAX_ORDER_FACTORS = 8  # integer (a, b) with min(a, b) up to this use the order-statistic form
 _MAX_ORDER_RANK = 1000  # ... and max(a, b) up to this (past it numpy's beta is the safer bet)
 _JOHNK_MIN = 0.05       # below this U**(1/a) underflows too often; numpy's beta is safer
+# Past this many distinct (alpha, beta) pairs (per-gene parameters, e.g. Betas whose means
+# follow a reference order), genes whose pair is shared by fewer than _SHARED_PAIR genes are
+# drawn by one vectorised `Generator.beta` call instead of one call per pair.
+_MANY_PAIRS = 64
+_SHARED_PAIR = 32
 
 
 def _uint32s(rng: np.random.Generator, size: int) -> np.ndarray:
@@ -151,16 +156,29 @@ class KeySampler:
 
     Built once per GA: the grouping of genes by (alpha, beta) pair is done here,
     so every call only draws. An all-(1, 1) parameter vector draws exactly the
-    random numbers of the uniform case.
+    random numbers of the uniform case. With more than `_MANY_PAIRS` distinct pairs,
+    genes of rare pairs are drawn in one vectorised numpy call (a different, equally exact
+    stream than the grouped forms; runs with few pairs draw what they always drew).
     """
 
     def __init__(self, num_genes: int, alpha: np.ndarray | None = None,
-                 beta: np.ndarray | None = None) -> None:
+                 beta: np.ndarray | None = None, scatter: bool = True) -> None:
         self.num_genes = int(num_genes)
         a = np.ones(num_genes) if alpha is None else np.broadcast_to(alpha, (num_genes,))
         b = np.ones(num_genes) if beta is None else np.broadcast_to(beta, (num_genes,))
         pairs, group = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
         group = group.reshape(-1)
+        # many distinct pairs: rare pairs' genes are "scattered" (one vectorised draw),
+        # the others keep the grouped closed forms in a sampler of their own
+        self._scattered = None
+        if len(pairs) > _MANY_PAIRS and scatter:
+            shared = np.bincount(group, minlength=len(pairs)) >= _SHARED_PAIR
+            rare = np.flatnonzero(~shared[group])
+            common = np.flatnonzero(shared[group])
+            self._scattered = (rare, np.ascontiguousarray(a[rare], np.float64),
+                               np.ascontiguousarray(b[rare], np.float64), common,
+                               KeySampler(len(common), a[common], b[common], scatter=False)
+                               if len(common) else None)
         self.uniform = len(pairs) == 1 and tuple(pairs[0]) == (1.0, 1.0)
         self.pairs = [(float(p[0]), float(p[1])) for p in pairs]
         # Group g's draws for `count` chromosomes are one flat run of count * width[g]
@@ -191,6 +209,12 @@ class KeySampler:
             out[...] = self.sample(rng, count)
             return out
         if count == 0:
+            return out
+        if self._scattered is not None:
+            rare, a, b, common, grouped = self._scattered
+            if len(common):
+                out[:, common] = grouped.sample(rng, count)
+            out[:, rare] = rng.beta(a, b, size=(count, len(rare)))
             return out
         if self.uniform:
             uniform(rng, out.size, out=out)

@@ -1,8 +1,10 @@
 """The `regal` method (DESIGN §6): one GNN forward pass, then BRKGA with the policy's choices.
 
-The policy picks every op's Beta distributions and elite bias once (greedy by default);
-BRKGA then searches at the given budget exactly as plain BRKGA would, with those per-gene
-parameters. The forward pass is `regal.policy.NumpyPolicy` (numpy, same weights and logits as
+The policy picks every op's key distributions (relative to the graph's reference solution,
+`regal.policy.reference`) and elite bias once (greedy by default); BRKGA then searches in
+slot space at the given budget (`search`), its first population seeded with the reference
+heuristics' solutions and a share of its mutants kept uniform (`search_params`), so that a
+poor choice costs little against plain BRKGA. The reference's evaluations count in the budget. The forward pass is `regal.policy.NumpyPolicy` (numpy, same weights and logits as
 the TensorFlow `Policy`), so the method never imports TensorFlow; training, and a `policy=`
 object passed in, may still use the TensorFlow one. Loaded policies are kept per process;
 `Solution.extra` records the load, policy and BRKGA times apart.
@@ -19,15 +21,20 @@ from typing import Callable
 
 import numpy as np
 
-from regal.optimizers import Problem, Solution, solve_brkga
+from regal.decode import decode
+from regal.optimizers import Problem, Solution, score
 
-__all__ = ["DEFAULT_POLICY_DIR", "REPO_ROOT", "default_policy_dir", "resolve_policy_dir",
-           "portable_policy_dir", "policy_content_hash", "load_policy", "solve_regal", "ablated_action"]
+__all__ = ["DEFAULT_POLICY_DIR", "REPO_ROOT", "UNIFORM_MUTANT_FRACTION", "default_policy_dir",
+           "resolve_policy_dir", "portable_policy_dir", "policy_content_hash", "load_policy",
+           "solve_regal", "ablated_action", "search_params", "search"]
 
 # the source tree this package lives in (editable install or a clone) and its data/policy/
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_POLICY_DIR = REPO_ROOT / "data" / "policy"
 _LOADED: dict[str, object] = {}
+# share of each generation's mutants kept uniform when the policy biases the keys ("do no
+# harm": plain BRKGA's exploration never stops)
+UNIFORM_MUTANT_FRACTION = 0.5
 
 
 def default_policy_dir() -> Path:
@@ -85,8 +92,8 @@ def load_policy(policy_dir=None):
 
 def ablated_action(policy, action, learn=None, learn_elite_bias=None):
     """`action` with the heads that `learn`/`learn_elite_bias` switch off reset to plain
-    BRKGA's choice (uniform Beta, elite bias 0.7): the Table 3 ablation at inference time."""
-    from regal.policy import HEADS, LEARN_PRESETS, gene_parameters
+    BRKGA's choice (uniform keys, elite bias 0.7): the Table 3 ablation at inference time."""
+    from regal.policy.menus import LEARN_PRESETS, make_action
 
     if learn is None and learn_elite_bias is None:
         return action
@@ -95,27 +102,87 @@ def ablated_action(policy, action, learn=None, learn_elite_bias=None):
         keep = {"affinity", "priority", "transfer"}
     if learn_elite_bias is None or learn_elite_bias:
         keep.add("elite_bias")
-    indices = action.indices.copy()
-    for column, head in enumerate(HEADS):
-        if head not in keep:
-            indices[:, column] = policy.default_index[column]
-    alpha, beta, elite = gene_parameters(indices, action.num_devices, policy.menus)
-    return dataclasses.replace(action, alpha=alpha, beta=beta, elite_bias=elite, indices=indices,
-                               log_prob=float("nan"))
+    n = len(action.choices.affinity)
+    choices = action.choices._replace(**{
+        head: np.full(n, getattr(policy.default, head), np.int32)
+        for head in action.choices._fields if head not in keep})
+    return make_action(choices, float("nan"), action.reference, policy.menus)
+
+
+def search_params(action, seed_population: bool = True,
+                  uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION) -> dict:
+    """`search` keyword arguments that run BRKGA with `action`: its per-gene Betas and elite
+    bias in slot space, the slot -> device gene order (none when the placement keys are
+    uniform: slots and devices are then alike), the reference's candidates in the first
+    population (`seed_population`), a uniform share of the mutants when keys are biased,
+    and the evaluations the reference cost (counted in the budget)."""
+    params = action.brkga_params()
+    reference = action.reference
+    order = None if action.placement_is_uniform() else reference.gene_order()
+    if order is not None:
+        params["gene_order"] = order
+    if seed_population:
+        params["initial"] = reference.seeds if order is None else reference.slot_space(
+            reference.seeds)
+    if params["alpha"] is not None and uniform_mutant_fraction:
+        params["uniform_mutant_fraction"] = float(uniform_mutant_fraction)
+    params["spent"] = int(reference.evaluations)
+    return params
+
+
+def search(problem: Problem, budget: int, seed: int, *, population_size: int = 100,
+           elite_fraction: float = 0.2, mutant_fraction: float = 0.2, elite_bias=0.7,
+           alpha=None, beta=None, gene_order=None, initial=None,
+           uniform_mutant_fraction: float = 0.0, spent: int = 0,
+           progress: Callable[[int, float], None] | None = None) -> Solution:
+    """BRKGA over keys in slot space: a chromosome `keys` is scored as `keys[gene_order]`
+    (device space, DESIGN §5); without `gene_order` this is plain `solve_brkga`, draw for draw.
+    `spent` evaluations were used before (the reference) and come off `budget` (unless that
+    leaves less than one generation; the population then shrinks to what is left, >= 3)."""
+    from brkga import BRKGA
+    from regal.breed import CompiledBackend
+
+    left = int(budget) - int(spent)
+    if left < 3:
+        raise ValueError(f"budget: {budget} evaluations leave {left} after the reference's "
+                         f"{spent}; need at least 3")
+    population_size = min(int(population_size), left)
+    ga = BRKGA(problem.num_genes, population_size=population_size,
+               elite_fraction=elite_fraction, mutant_fraction=mutant_fraction,
+               elite_bias=elite_bias, alpha=alpha, beta=beta, seed=seed,
+               backend=CompiledBackend(), uniform_mutant_fraction=uniform_mutant_fraction)
+    order = None if gene_order is None else np.asarray(gene_order, np.int64)
+
+    def evaluate(keys: np.ndarray) -> np.ndarray:
+        return problem.evaluate(keys if order is None else keys[:, order])
+
+    callback = None if progress is None else \
+        (lambda _gen, used, best: progress(used + int(spent), best))
+    result = ga.run(evaluate, left, initial=initial, callback=callback)
+    keys = result.best_keys if order is None else result.best_keys[order]
+    placement, priority, transfer = decode(keys, problem.graph, problem.devices)
+    return Solution(**score(problem, placement, priority, transfer),
+                    evaluations=result.evaluations + int(spent),
+                    extra={"history": result.history.tolist(),
+                           "population_size": population_size})
 
 
 def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, policy=None,
                 policy_hash: str | None = None, mode: str = "greedy", learn=None,
-                learn_elite_bias=None,
+                learn_elite_bias=None, seed_population: bool = True,
+                uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION,
                 progress: Callable[[int, float], None] | None = None, **brkga_options) -> Solution:
-    """REGAL: the policy's per-gene alpha/beta/elite_bias, then BRKGA at `budget` with `seed`.
+    """REGAL: the policy's per-op choices relative to the reference solution, then BRKGA at
+    `budget` (the reference's evaluations included) with `seed`.
 
     `policy` (a loaded Policy or NumpyPolicy) wins over `policy_dir`; a relative `policy_dir` is looked up
     under the repository root first. `policy_hash`, when given, must match the stored
     policy's content (`policy_content_hash`): a record made with other weights is never
     reproduced silently with the current ones. `mode="sample"` draws the action with
     `seed` instead of taking each head's most likely entry. `learn`/`learn_elite_bias`
-    switch heads off at inference (ablations with one set of weights).
+    switch heads off at inference (ablations with one set of weights). `seed_population`
+    puts the reference heuristics' solutions in the first population;
+    `uniform_mutant_fraction` of the mutants stay uniform (see `search_params`).
     """
     start = time.perf_counter()
     source = "object"
@@ -128,16 +195,20 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
                                  f"{stored}, not {policy_hash}")
         policy = load_policy(policy_dir)
     loaded = time.perf_counter()
-    action = policy.act(problem.graph, problem.devices, mode=mode, seed=seed)
+    action = policy.act(problem.graph, problem.devices, mode=mode, seed=seed,
+                        objective=problem.objective)
     action = ablated_action(policy, action, learn, learn_elite_bias)
-    params = action.brkga_params()
+    params = search_params(action, seed_population, uniform_mutant_fraction)
     acted = time.perf_counter()
-    found = solve_brkga(problem, budget, seed, progress=progress, **params, **brkga_options)
+    found = search(problem, budget, seed, progress=progress, **params, **brkga_options)
     done = time.perf_counter()
-    counts = {head: np.bincount(action.indices[:, i], minlength=len(policy.menus[head])).tolist()
-              for i, head in enumerate(("affinity", "priority", "transfer", "elite_bias"))}
+    counts = {head: np.bincount(getattr(action.choices, head),
+                                minlength=len(policy.menus[head])).tolist()
+              for head in action.choices._fields}
     extra = dict(found.extra)
+    reference = action.reference
     extra.update(policy_load_time=loaded - start, policy_time=acted - loaded,
                  brkga_time=done - acted, policy_mode=mode, menu_counts=counts,
-                 policy_source=source)
+                 policy_source=source, reference_source=reference.source,
+                 reference_value=reference.value, reference_evaluations=reference.evaluations)
     return dataclasses.replace(found, extra=extra)

@@ -1,26 +1,36 @@
-"""REINFORCE training of REGAL's policy, split Acme-style into actors, a learner and a loop.
+"""Training of REGAL's policy (REINFORCE, optionally after supervised pretraining), split
+Acme-style into actors, a learner and a loop.
 
 - **Actors** (numpy only, no TensorFlow): given a graph, devices, a budget, a BRKGA seed and
-  per-gene `alpha`/`beta`/`elite_bias`, run BRKGA and return the objective (`run_rollout`).
-  They run in a spawn-based process pool (default), on Ray, or inline.
+  the action's search parameters (`regal.regal_method.search_params`: per-gene Betas in
+  slot space, the slot -> device gene order, the seeded first population, the uniform
+  mutant share), run BRKGA and return the objective (`run_rollout`). They run in a
+  spawn-based process pool (default), on Ray, or inline.
 - **Learner** (TensorFlow): `Learner.update(episodes)` takes, per graph, the sampled menu
-  indices and their rewards, and takes one policy-gradient step (Adam, clipped). It never
-  knows how the rewards were gathered.
-- **Loop** (`train`): samples graphs and actions, asks the actors for rewards, feeds the
-  learner, validates, logs to TensorBoard and checkpoints.
+  choices and their rewards and takes one policy-gradient step (`losses.reinforce_loss`);
+  `Learner.supervised_update(targets)` one step of `losses.supervised_loss` towards
+  best-known solutions. Both Adam, clipped; the learner never knows how data was gathered.
+- **Loop** (`train`): the first `pretrain_steps` steps are supervised on a best-known store
+  (`pretrain_from`, JSON lines, `read_best_known`); the rest sample graphs and actions, ask
+  the actors for rewards, feed the learner, validate, log to TensorBoard and checkpoint.
+  Without a store it is REINFORCE from scratch.
 
 Reward of one rollout: `(obj_uniform - obj_policy) / obj_uniform`, both BRKGA runs at the
-same budget with the same BRKGA seed (common random numbers). The `K` samples of a graph use
-BRKGA seeds `0..K-1`, so the uniform baseline of (graph, devices, seed, budget, objective)
-is computed once and cached in `RUN/baselines.json` (kept across `--resume`).
+same budget with the same BRKGA seed (common random numbers). Every one of a graph's `K`
+sampled actions runs with the same `seeds_per_action` BRKGA seeds `0..S-1` and its reward is
+the mean over them, so the actions of a graph are compared on common random numbers too;
+the uniform baseline of (graph, devices, seed, budget, objective) is computed once and
+cached in `RUN/baselines.json` (kept across `--resume`). Use the evaluation budget (5,000)
+for `budget`: what the policy learns at 1,000 evaluations need not hold at 5,000.
 
-Loss per step (G graphs, K samples each), documented choices:
+Loss per REINFORCE step (G graphs, K samples each), documented choices:
     A_gk   = (r_gk - mean_k r_gk) / (std of all A in the step + 1e-8)   # per-graph mean baseline
     loss   = -mean_gk(A_gk * logp_gk / n_g) - entropy_coef * mean_g(H_g / n_g)
 `logp` and the entropy `H` are sums over ops and learned heads; dividing by the op count
 `n_g` makes every graph weigh the same whatever its size and keeps the step size of a
 per-op decision independent of n. Scaling advantages by their std keeps the gradient
-scale stable although raw rewards are ~1e-2.
+scale stable although raw rewards are ~1e-2. Supervised step: mean over graphs of the
+target's negative log-likelihood per op.
 
 The loop's state (weights, Adam slots, numpy RNG state, step, wall time) goes into one
 `RUN/checkpoint.npz`, written atomically every few minutes, at the end and on SIGTERM/SIGINT;
@@ -47,12 +57,14 @@ import regal.tfenv  # noqa: E402,F401  (OR-Tools before TensorFlow: see regal/tf
 import numpy as np  # noqa: E402
 
 from regal.graph import ComputationGraph  # noqa: E402
+from regal.policy.menus import PRIOR_LOGIT  # noqa: E402
+from regal.regal_method import UNIFORM_MUTANT_FRACTION  # noqa: E402
 from regal.workers import exit_with_parent, set_numba_threads  # noqa: E402
 
 __all__ = ["TrainConfig", "RolloutTask", "run_rollout", "GraphSource", "graph_source",
            "make_actors", "InlineActors", "PoolActors", "RayActors", "BaselineCache",
            "Episode", "Learner", "advantages", "train", "load_checkpoint_policy",
-           "validation_rewards"]
+           "validation_rewards", "BestKnown", "read_best_known", "supervised_targets"]
 
 CHECKPOINT_FILE = "checkpoint.npz"
 BASELINES_FILE = "baselines.json"
@@ -76,7 +88,8 @@ class TrainConfig:
     devices: tuple = (2, 4)          # each sampled graph gets one of these counts
     objective: str = "peak_memory"
     graphs_per_step: int = 4
-    samples: int = 4                 # K rollouts per graph (also the BRKGA seed pool 0..K-1)
+    samples: int = 4                 # K sampled actions per graph
+    seeds_per_action: int = 1        # S BRKGA seeds 0..S-1 per action (common to all K)
     population_size: int = 100
     learning_rate: float = 1e-3
     entropy_coef: float = 1e-3
@@ -93,12 +106,17 @@ class TrainConfig:
     num_layers: int = 4
     learn: str = "both"
     learn_elite_bias: bool = True
+    prior_logit: float = PRIOR_LOGIT  # the untrained policy's preference (menus.PRIOR)
+    seed_population: bool = True     # reference candidates in BRKGA's first population
+    uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION
+    pretrain_from: str | None = None  # best-known store (JSON lines) for supervised steps
+    pretrain_steps: int = 0          # the first this many steps are supervised
     progress: bool = True
 
     def __post_init__(self) -> None:
         self.devices = tuple(int(d) for d in np.atleast_1d(self.devices))
         for name in ("steps", "budget", "graphs_per_step", "samples", "workers", "val_graphs",
-                     "val_seeds"):
+                     "val_seeds", "seeds_per_action"):
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
@@ -111,10 +129,23 @@ class TrainConfig:
             raise ValueError(f"objective: expected peak_memory or makespan, got {self.objective!r}")
         if self.val_every < 0:
             raise ValueError(f"val_every: expected >= 0, got {self.val_every}")
+        if isinstance(self.pretrain_steps, bool) or int(self.pretrain_steps) != self.pretrain_steps \
+                or self.pretrain_steps < 0:
+            raise ValueError(f"pretrain_steps: expected an integer >= 0, got {self.pretrain_steps!r}")
+        if self.pretrain_steps and not self.pretrain_from:
+            raise ValueError("pretrain_steps: needs pretrain_from (a best-known store)")
+        if not 0.0 <= float(self.uniform_mutant_fraction) <= 1.0:
+            raise ValueError(f"uniform_mutant_fraction: expected a share in [0, 1], got "
+                             f"{self.uniform_mutant_fraction!r}")
 
     def policy_kwargs(self) -> dict:
         return dict(num_layers=self.num_layers, hidden=self.hidden, learn=self.learn,
-                    learn_elite_bias=self.learn_elite_bias, seed=self.seed)
+                    learn_elite_bias=self.learn_elite_bias, seed=self.seed,
+                    prior_logit=self.prior_logit)
+
+    def search_kwargs(self) -> dict:
+        return dict(seed_population=self.seed_population,
+                    uniform_mutant_fraction=self.uniform_mutant_fraction)
 
 
 # ---------------------------------------------------------------------------
@@ -170,7 +201,7 @@ def graph_source(spec: str) -> GraphSource:
 
 @dataclass(frozen=True)
 class RolloutTask:
-    """One BRKGA run; `params` holds alpha/beta/elite_bias (empty = plain BRKGA)."""
+    """One BRKGA run; `params` are `regal.regal_method.search` keywords (empty = plain BRKGA)."""
 
     graph: ComputationGraph
     devices: int
@@ -182,13 +213,14 @@ class RolloutTask:
 
 
 def run_rollout(task: RolloutTask) -> float:
-    """BRKGA with the task's per-gene parameters; returns the best objective found."""
-    from regal.optimizers import Problem, solve_brkga
+    """BRKGA with the task's search parameters; returns the best objective found."""
+    from regal.optimizers import Problem
+    from regal.regal_method import search
     from regal.sim import DeviceSpec
 
     problem = Problem(task.graph, DeviceSpec(task.devices), task.objective)
-    solution = solve_brkga(problem, task.budget, task.seed,
-                           population_size=task.population_size, **task.params)
+    solution = search(problem, task.budget, task.seed, population_size=task.population_size,
+                      **task.params)
     return float(solution.value)
 
 
@@ -300,8 +332,8 @@ def rollout_rewards(actors, cache: BaselineCache, jobs: list[tuple]) -> list[flo
 class Episode:
     """K sampled actions on one graph and their rewards."""
 
-    features: object        # regal.policy.GraphFeatures
-    indices: list           # K arrays [n, 4]
+    features: object        # regal.policy.GraphFeatures (with its reference)
+    choices: list           # K regal.policy.MenuChoices
     rewards: np.ndarray     # [K]
 
 
@@ -313,7 +345,7 @@ def advantages(rewards: list[np.ndarray]) -> list[np.ndarray]:
 
 
 class Learner:
-    """One REINFORCE step per call; owns the policy's Adam optimizer."""
+    """One REINFORCE or supervised step per call; owns the policy's Adam optimizer."""
 
     def __init__(self, policy, learning_rate: float = 1e-3, entropy_coef: float = 1e-3,
                  clip_norm: float = 1.0) -> None:
@@ -327,29 +359,56 @@ class Learner:
         self.optimizer = tf_keras.optimizers.Adam(learning_rate)
         self.optimizer.build(policy.trainable_variables)
 
-    def update(self, episodes: list[Episode]) -> dict:
+    def _apply(self, tape, loss) -> float:
         tf = self.tf
-        adv = advantages([e.rewards for e in episodes])
-        samples = sum(len(e.indices) for e in episodes)
         variables = self.policy.trainable_variables
-        with tf.GradientTape() as tape:
-            pg, entropy = tf.constant(0.0), tf.constant(0.0)
-            for episode, a in zip(episodes, adv):
-                n = float(episode.features.num_nodes)
-                for k, idx in enumerate(episode.indices):
-                    log_prob, ent = self.policy.evaluate(episode.features, None, idx)
-                    pg += float(a[k]) * log_prob / n
-                    if k == 0:
-                        entropy += ent / n
-            pg_loss = -pg / samples
-            mean_entropy = entropy / len(episodes)
-            loss = pg_loss - self.entropy_coef * mean_entropy
         grads = tape.gradient(loss, variables)
         grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
         clipped, norm = tf.clip_by_global_norm(grads, self.clip_norm)
         self.optimizer.apply_gradients(zip(clipped, variables))
+        return float(norm)
+
+    def update(self, episodes: list[Episode]) -> dict:
+        """REINFORCE (`losses.reinforce_loss`) with the per-graph mean baseline, advantages
+        scaled by their std over the step, log-probabilities and entropies per op."""
+        from regal.policy.losses import reinforce_loss
+
+        tf = self.tf
+        centred = [np.asarray(e.rewards, np.float64) - np.mean(e.rewards) for e in episodes]
+        scale = np.concatenate(centred).std() + 1e-8
+        rewards = np.concatenate([np.asarray(e.rewards, np.float64) for e in episodes]) / scale
+        baselines = np.concatenate([np.full(len(e.rewards), np.mean(e.rewards))
+                                    for e in episodes]) / scale
+        with tf.GradientTape() as tape:
+            log_probs, entropy = [], tf.constant(0.0)
+            for episode in episodes:
+                n = float(episode.features.num_nodes)
+                for k, choices in enumerate(episode.choices):
+                    log_prob, ent = self.policy.evaluate(episode.features, None, choices)
+                    log_probs.append(log_prob / n)
+                    if k == 0:
+                        entropy += ent / n
+            mean_entropy = entropy / len(episodes)
+            loss = reinforce_loss(log_probs, rewards, baselines, mean_entropy, self.entropy_coef)
+            pg_loss = loss + self.entropy_coef * mean_entropy
+        norm = self._apply(tape, loss)
         return {"loss": float(loss), "pg_loss": float(pg_loss),
-                "entropy_per_op": float(mean_entropy), "grad_norm": float(norm)}
+                "entropy_per_op": float(mean_entropy), "grad_norm": norm}
+
+    def supervised_update(self, targets: list[tuple]) -> dict:
+        """One step of `losses.supervised_loss` on [(features, target tables)]: the mean over
+        graphs of the best-known solutions' negative log-likelihood per op."""
+        from regal.policy.losses import supervised_loss
+
+        tf = self.tf
+        with tf.GradientTape() as tape:
+            total = tf.constant(0.0)
+            for features, tables in targets:
+                total += supervised_loss(self.policy.outputs(features), tables) \
+                    / float(features.num_nodes)
+            loss = total / len(targets)
+        norm = self._apply(tape, loss)
+        return {"loss": float(loss), "nll_per_op": float(loss), "grad_norm": norm}
 
     def state(self) -> list[np.ndarray]:
         return [v.numpy() for v in self.optimizer.variables]
@@ -408,6 +467,100 @@ def load_checkpoint_policy(run):
 
 
 # ---------------------------------------------------------------------------
+# supervised targets: a best-known store (regal.bestknown's JSON lines)
+
+
+@dataclass(frozen=True, eq=False)
+class BestKnown:
+    """One stored best-known solution (the fields `read_best_known` reads)."""
+
+    fingerprint: str
+    devices: int
+    memory_limit: tuple | None
+    objective: str
+    value: float
+    placement: np.ndarray          # [n] int
+    priority: np.ndarray           # [n] (ranks or keys: only the order matters)
+    transfer_priority: np.ndarray  # [n]
+
+
+def read_best_known(path) -> list[BestKnown]:
+    """The best entry per (fingerprint, devices, memory limit, objective) of a JSON-lines
+    store; lines of another kind (e.g. effort records), torn or incomplete lines are skipped.
+    ValueError naming the file when it is missing or holds no solution."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ValueError(f"pretrain_from: cannot read {path}: {exc.strerror}") from None
+    best: dict[tuple, BestKnown] = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+            if record.get("kind", "solution") != "solution":
+                continue
+            devices = record["devices"]
+            devices = int(devices["count"] if isinstance(devices, dict) else devices)
+            limit = record.get("memory_limit")
+            entry = BestKnown(
+                fingerprint=str(record["fingerprint"]), devices=devices,
+                memory_limit=None if limit is None else tuple(int(x) for x in limit),
+                objective=str(record.get("objective", "peak_memory")),
+                value=float(record["value"]),
+                placement=np.asarray(record["placement"], np.int64),
+                priority=np.asarray(record["priority"], np.float64),
+                transfer_priority=np.asarray(record["transfer_priority"], np.float64))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            continue
+        if not (len(entry.placement) == len(entry.priority) == len(entry.transfer_priority)):
+            continue
+        key = (entry.fingerprint, entry.devices, entry.memory_limit, entry.objective)
+        if key not in best or entry.value < best[key].value:
+            best[key] = entry
+    if not best:
+        raise ValueError(f"pretrain_from: {path} holds no best-known solution")
+    return list(best.values())
+
+
+def supervised_targets(entries: list[BestKnown], source: GraphSource) -> list[tuple]:
+    """[(graph, DeviceSpec, entry)] for the entries whose graph is in `source` (matched by
+    fingerprint; every graph of `source` is loaded once for it)."""
+    from regal.sim import DeviceSpec
+
+    wanted = {e.fingerprint for e in entries}
+    graphs = {}
+    for i in range(source.count):
+        graph = source[i]
+        if graph.fingerprint() in wanted:
+            graphs[graph.fingerprint()] = graph
+    out = []
+    for e in entries:
+        graph = graphs.get(e.fingerprint)
+        if graph is None or graph.num_nodes != len(e.placement) or e.placement.max() >= e.devices:
+            continue
+        spec = DeviceSpec(e.devices, memory_limit=None if e.memory_limit is None
+                          else list(e.memory_limit))
+        out.append((graph, spec, e))
+    if not out:
+        raise ValueError(f"pretrain_from: none of its {len(entries)} entries is a graph of "
+                         f"{source.spec}")
+    return out
+
+
+def _target_tables(policy, graph, spec, entry: BestKnown) -> tuple:
+    """(features, per-head target log-likelihood tables) of one best-known solution."""
+    from regal.policy.menus import target_log_likelihoods
+    from regal.policy.reference import order_keys
+
+    features = policy.features(graph, spec, entry.objective)
+    reference = features.reference
+    tables = target_log_likelihoods(policy.menus, reference, reference.target_slots(entry.placement),
+                                    order_keys(entry.priority),
+                                    order_keys(entry.transfer_priority))
+    return features, {h: t for h, t in tables.items() if h in policy.learned}
+
+
+# ---------------------------------------------------------------------------
 # the loop
 
 
@@ -453,15 +606,18 @@ def _validate(policy, val: GraphSource, config: TrainConfig, actors, cache) -> f
     """Mean improvement of the greedy policy over uniform BRKGA on fixed val graphs and seeds."""
     return float(np.mean(validation_rewards(
         policy, val, range(min(config.val_graphs, val.count)), config.devices, config.val_seeds,
-        config.budget, actors, cache, config.objective, config.population_size)))
+        config.budget, actors, cache, config.objective, config.population_size,
+        **config.search_kwargs())))
 
 
 def validation_rewards(policy, val: GraphSource, indices, devices=(2, 4), seeds: int = 2,
                        budget: int = 1000, actors=None, cache=None, objective="peak_memory",
-                       population_size: int = 100) -> np.ndarray:
+                       population_size: int = 100, seed_population: bool = True,
+                       uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION) -> np.ndarray:
     """Greedy policy vs uniform BRKGA, `[graph, seed]` relative improvements: graph `i` of
     `val` on `devices[i % len(devices)]` devices with BRKGA seeds 1000.. (the measurement
     `train` logs as val_improvement; usable to compare any two stored policies)."""
+    from regal.regal_method import search_params
     from regal.sim import DeviceSpec
 
     jobs = []
@@ -469,10 +625,10 @@ def validation_rewards(policy, val: GraphSource, indices, devices=(2, 4), seeds:
     for i in indices:
         graph = val[i]
         d = devices[i % len(devices)]
-        action = policy.act(graph, DeviceSpec(d), mode="greedy")
+        action = policy.act(graph, DeviceSpec(d), mode="greedy", objective=objective)
+        params = search_params(action, seed_population, uniform_mutant_fraction)
         for s in range(seeds):
-            jobs.append((graph, d, 1000 + s, action.brkga_params(), budget, objective,
-                         population_size))
+            jobs.append((graph, d, 1000 + s, params, budget, objective, population_size))
     rewards = rollout_rewards(actors or InlineActors(), cache or BaselineCache(), jobs)
     return np.asarray(rewards).reshape(len(indices), seeds)
 
@@ -512,6 +668,36 @@ class _StopFlag:
             signal.signal(sig, handler)
 
 
+def _reinforce_step(policy, learner: Learner, train_set: GraphSource, config: TrainConfig,
+                    rng: np.random.Generator, actors, cache: BaselineCache) -> tuple[dict, np.ndarray]:
+    """Samples graphs, devices and K actions each (all from the loop's rng), gathers their
+    rewards (S common seeds per action) and takes one REINFORCE step."""
+    from regal.regal_method import search_params
+    from regal.sim import DeviceSpec
+
+    picks = rng.integers(train_set.count, size=config.graphs_per_step)
+    devs = rng.choice(np.asarray(config.devices), size=config.graphs_per_step)
+    episodes, jobs = [], []
+    for index, d in zip(picks, devs):
+        graph, d = train_set[int(index)], int(d)
+        features = policy.features(graph, DeviceSpec(d), config.objective)
+        actions = [policy.act(features, mode="sample", rng=rng) for _ in range(config.samples)]
+        episodes.append(Episode(features, [a.choices for a in actions], None))
+        for a in actions:
+            params = search_params(a, **config.search_kwargs())
+            jobs += [(graph, d, s, params, config.budget, config.objective,
+                      config.population_size) for s in range(config.seeds_per_action)]
+    rewards = np.asarray(rollout_rewards(actors, cache, jobs)).reshape(
+        config.graphs_per_step, config.samples, config.seeds_per_action).mean(axis=2)
+    for episode, r in zip(episodes, rewards):
+        episode.rewards = r
+    stats = learner.update(episodes)
+    record = {"mode": "reinforce", "reward": float(rewards.mean()),
+              "rewards": rewards.round(6).tolist(), "graphs": [int(i) for i in picks],
+              "devices": [int(d) for d in devs], **stats}
+    return record, rewards
+
+
 def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
     """Runs (or resumes) training until `config.steps`, `max_minutes` or a signal; checkpoints,
     exports the final policy to `RUN/policy/` and returns a summary."""
@@ -519,7 +705,6 @@ def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
     from tqdm import tqdm
 
     from regal.policy import Policy
-    from regal.sim import DeviceSpec
 
     run, config = _prepare_run(config, resume)
     train_set, val_set = graph_source(config.train), graph_source(config.val)
@@ -536,6 +721,9 @@ def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
         rng.bit_generator.state = meta["rng"]
         step, wall_before = int(meta["step"]), float(meta["wall_time"])
     _trim_history(run / HISTORY_FILE, step)
+    targets = []
+    if config.pretrain_steps > step:
+        targets = supervised_targets(read_best_known(config.pretrain_from), train_set)
 
     own_actors = actors is None
     actors = actors or make_actors(config.workers, config.ray)
@@ -556,29 +744,20 @@ def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
                 if config.max_minutes is not None and elapsed >= 60 * config.max_minutes:
                     stopped = "time"
                     break
-                # -- act: sample graphs, devices and K actions each (all from the loop's rng)
-                picks = rng.integers(train_set.count, size=config.graphs_per_step)
-                devs = rng.choice(np.asarray(config.devices), size=config.graphs_per_step)
-                episodes, jobs = [], []
-                for index, d in zip(picks, devs):
-                    graph, d = train_set[int(index)], int(d)
-                    features = policy.features(graph, DeviceSpec(d))
-                    actions = [policy.act(features, mode="sample", rng=rng)
-                               for _ in range(config.samples)]
-                    episodes.append(Episode(features, [a.indices for a in actions], None))
-                    jobs += [(graph, d, k, a.brkga_params(), config.budget, config.objective,
-                              config.population_size) for k, a in enumerate(actions)]
-                rewards = np.asarray(rollout_rewards(actors, cache, jobs)).reshape(
-                    config.graphs_per_step, config.samples)
-                for episode, r in zip(episodes, rewards):
-                    episode.rewards = r
-                # -- learn
-                stats = learner.update(episodes)
-                step += 1
-                record = {"step": step, "reward": float(rewards.mean()),
-                          "rewards": rewards.round(6).tolist(),
-                          "graphs": [int(i) for i in picks], "devices": [int(d) for d in devs],
-                          **stats}
+                if step < config.pretrain_steps:
+                    # -- supervised: best-known solutions' likelihood under the policy
+                    picks = rng.integers(len(targets), size=config.graphs_per_step)
+                    stats = learner.supervised_update([_target_tables(policy, *targets[int(i)])
+                                                       for i in picks])
+                    step += 1
+                    record = {"step": step, "mode": "supervised",
+                              "entries": [int(i) for i in picks], **stats}
+                    rewards = None
+                else:
+                    record, rewards = _reinforce_step(policy, learner, train_set, config, rng,
+                                                      actors, cache)
+                    step += 1
+                    record["step"] = step
                 if config.val_every and step % config.val_every == 0:
                     last_val = _validate(policy, val_set, config, actors, cache)
                     record["val_improvement"] = last_val
@@ -586,14 +765,19 @@ def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
                 history.write(json.dumps(record) + "\n")
                 history.flush()
                 with writer.as_default(step=step):
-                    _scalar("reward/mean", record["reward"])
-                    _scalar("policy/entropy_per_op", stats["entropy_per_op"])
-                    _scalar("policy/grad_norm", stats["grad_norm"])
-                    _scalar("loss/total", stats["loss"])
+                    if rewards is not None:
+                        _scalar("reward/mean", record["reward"])
+                        _scalar("policy/entropy_per_op", record["entropy_per_op"])
+                    else:
+                        _scalar("loss/supervised_nll_per_op", record["nll_per_op"])
+                    _scalar("policy/grad_norm", record["grad_norm"])
+                    _scalar("loss/total", record["loss"])
                     if "val_improvement" in record:
                         _scalar("val/improvement", record["val_improvement"])
                 bar.update(1)
-                bar.set_postfix(reward=f"{record['reward']:+.4f}",
+                shown = f"{record['reward']:+.4f}" if rewards is not None \
+                    else f"nll {record['nll_per_op']:.3f}"
+                bar.set_postfix(reward=shown,
                                 val="-" if last_val is None else f"{last_val:+.4f}",
                                 refresh=False)
                 if time.perf_counter() - last_save >= 60 * config.checkpoint_minutes:

@@ -98,13 +98,14 @@ def test_mutants_are_uniform_on_the_32_bit_grid():
     assert stats.kstest(b.reshape(-1), "uniform").pvalue > 1e-3
 
 
-@pytest.mark.parametrize("alpha", [None, 2.0])
-def test_runs_with_either_backend_are_identical(alpha):
+@pytest.mark.parametrize("alpha, uniform_share", [(None, 0.0), (2.0, 0.0), (2.0, 0.5)])
+def test_runs_with_either_backend_are_identical(alpha, uniform_share):
     def objective(keys):
         return np.abs(keys - 0.3).sum(axis=1)
 
     results = [BRKGA(50, population_size=30, seed=4, alpha=alpha, elite_bias=0.65,
-                     backend=backend).run(objective, budget=600)
+                     backend=backend, uniform_mutant_fraction=uniform_share
+                     ).run(objective, budget=600)
                for backend in (NumpyBackend(), CompiledBackend())]
     assert results[0].best_fitness == results[1].best_fitness
     np.testing.assert_array_equal(results[0].best_keys, results[1].best_keys)

@@ -415,3 +415,44 @@ def test_callback_reports_progress():
     assert [s[0] for s in seen] == list(range(len(seen)))
     assert [s[1] for s in seen] == [10, 18, 26, 34, 42, 50]
     assert all(b >= a for (_, _, a), (_, _, b) in zip(seen[1:], seen[:-1]))
+
+
+def test_uniform_mutant_share():
+    """With Beta(20, 1) keys (mean 0.95), the first `uniform_mutant_fraction` of each
+    generation's mutants are uniform and the rest Beta; 0 draws what the GA always drew."""
+    seen = []
+
+    def record(keys):
+        seen.append(keys.copy())
+        return keys.sum(axis=1)                 # minimise: the GA keeps low-key children
+
+    ga = BRKGA(400, population_size=20, elite_fraction=0.2, mutant_fraction=0.5, alpha=20.0,
+               seed=1, uniform_mutant_fraction=0.4)
+    ga.run(record, budget=60)                   # generation 0 (20 rows), then 2 x 16
+    first, later = seen[0], seen[1]
+    mutants = later[16 - 10:]                   # the last 10 newcomers are mutants
+    assert stats.kstest(mutants[:4].ravel(), "uniform").pvalue > 1e-3
+    assert stats.kstest(mutants[4:].ravel(), stats.beta(20, 1).cdf).pvalue > 1e-3
+    # generation 0: 40% of the 20 sampled rows uniform
+    assert stats.kstest(first[:8].ravel(), "uniform").pvalue > 1e-3
+    assert first[8:].mean() > 0.9
+    a = BRKGA(30, population_size=10, alpha=3.0, seed=2).run(lambda k: k.sum(axis=1), 100)
+    b = BRKGA(30, population_size=10, alpha=3.0, seed=2, uniform_mutant_fraction=0.0).run(
+        lambda k: k.sum(axis=1), 100)
+    np.testing.assert_array_equal(a.best_keys, b.best_keys)
+    with pytest.raises(ValueError, match="uniform_mutant_fraction"):
+        BRKGA(30, uniform_mutant_fraction=1.5)
+
+
+def test_many_distinct_pairs_are_drawn_by_one_vectorised_call():
+    """Per-gene Betas (a mean per gene, as REGAL's order actions make) plus two shared pairs:
+    every gene still follows its own law."""
+    n = 300
+    mode = (np.arange(n) + 0.5) / n
+    alpha = np.concatenate([np.full(100, 20.0), np.ones(100), 1 + 30 * mode])
+    beta = np.concatenate([np.ones(100), np.full(100, 4.0), 1 + 30 * (1 - mode)])
+    sampler = KeySampler(len(alpha), alpha, beta)
+    keys = sampler.sample(np.random.default_rng(0), 3000)
+    for j in (0, 150, 200, 349, 499):
+        assert stats.kstest(keys[:, j], stats.beta(alpha[j], beta[j]).cdf).pvalue > 1e-3, j
+    assert sampler._scattered is not None and len(sampler._scattered[0]) == n

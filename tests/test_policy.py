@@ -1,5 +1,6 @@
 """The policy: features by hand, sampling vs log-probability, plain-BRKGA menus, ablations,
-an Adam step, save/load. Small networks so the whole file runs in well under a minute."""
+an Adam step, save/load. Small networks so the whole file runs in well under a minute.
+(The action space itself, reference and losses: tests/test_policy_actions.py.)"""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from regal.policy.features import (EDGE_FEATURES, NODE_FEATURES, BYTES_SCALE, CO
 
 tf = pytest.importorskip("tensorflow")
 tf_keras = pytest.importorskip("tf_keras")
-from regal.policy import HEADS, Policy, gene_parameters  # noqa: E402
+from regal.policy import Policy  # noqa: E402
+from regal.policy.distributions import chromosome_parameters  # noqa: E402
 
 COL = {name: i for i, name in enumerate(NODE_FEATURES)}
 
@@ -85,7 +87,7 @@ def policy():
 
 def test_features_by_hand():
     g = hand_graph()
-    f = graph_features(g, Spec(4, memory_limit=[2000, 1150]))
+    f = graph_features(g, Spec(4, memory_limit=[2000, 1150, 2000, 2000]))
     x = f.nodes
     assert x.shape == (4, len(NODE_FEATURES)) and x.dtype == np.float32
     assert np.isfinite(x).all() and np.isfinite(f.edges).all()
@@ -146,9 +148,9 @@ def test_log_prob_matches_numpy_and_tf(policy):
     independent = 0.0
     for h, lg in logits.items():
         lse = np.log(np.exp(lg - lg.max(1, keepdims=True)).sum(1)) + lg.max(1)
-        independent += float((lg[np.arange(len(lg)), action.indices[:, HEADS.index(h)]] - lse).sum())
+        independent += float((lg[np.arange(len(lg)), getattr(action.choices, h)] - lse).sum())
     assert action.log_prob == pytest.approx(independent, rel=1e-9)
-    assert float(policy.log_prob(g, 3, action.indices)) == pytest.approx(independent, rel=1e-5)
+    assert float(policy.log_prob(g, 3, action.choices)) == pytest.approx(independent, rel=1e-5)
     # entropy of the same logits, by hand
     ent = sum(-(np.exp(lg - lse[:, None]) * (lg - lse[:, None])).sum()
               for lg, lse in ((lg, np.log(np.exp(lg).sum(1))) for lg in logits.values()))
@@ -157,7 +159,7 @@ def test_log_prob_matches_numpy_and_tf(policy):
 
 def test_sampling_frequencies_match_softmax():
     """Heads with zero kernels and known biases: every op's law is softmax(bias)."""
-    p = Policy(num_layers=1, hidden=8, seed=0)
+    p = Policy(num_layers=1, hidden=8, seed=0, prior_logit=0.0)
     rng = np.random.default_rng(0)
     biases = {}
     for h, head in p.net.heads.items():
@@ -169,7 +171,7 @@ def test_sampling_frequencies_match_softmax():
     for seed in range(4):
         action = p.act(g, 2, seed=seed)
         for h in counts:
-            counts[h] += np.bincount(action.indices[:, HEADS.index(h)], minlength=len(counts[h]))
+            counts[h] += np.bincount(getattr(action.choices, h), minlength=len(counts[h]))
     total = 4 * 3000
     for h, b in biases.items():
         want = np.exp(b - b.max())
@@ -182,36 +184,54 @@ def test_sampling_frequencies_match_softmax():
 def test_greedy_deterministic_and_argmax(policy):
     g = chain_graph(25)
     a1, a2 = policy.act(g, 4, mode="greedy"), policy.act(g, 4, mode="greedy")
-    assert np.array_equal(a1.indices, a2.indices) and np.array_equal(a1.alpha, a2.alpha)
+    assert all(np.array_equal(x, y) for x, y in zip(a1.choices, a2.choices))
+    assert np.array_equal(a1.keys.affinity.alpha, a2.keys.affinity.alpha)
     for h, lg in policy.logits(g, 4).items():
-        assert np.array_equal(a1.indices[:, HEADS.index(h)], lg.argmax(1))
+        assert np.array_equal(getattr(a1.choices, h), lg.argmax(1))
     s1, s2 = policy.act(g, 4, seed=5), policy.act(g, 4, rng=np.random.default_rng(5))
-    assert np.array_equal(s1.indices, s2.indices)
+    assert all(np.array_equal(x, y) for x, y in zip(s1.choices, s2.choices))
     with pytest.raises(ValueError, match="mode"):
         policy.act(g, 4, mode="best")
 
 
-def test_gene_layout():
-    menus = {"affinity": [(1.0, 1.0), (2.0, 3.0)], "priority": [(1.0, 1.0), (5.0, 7.0)],
-             "transfer": [(1.0, 1.0), (0.5, 0.25)], "elite_bias": [0.7, 0.9]}
-    idx = np.array([[1, 0, 1, 1], [0, 1, 0, 0]])
-    alpha, beta, elite = gene_parameters(idx, 3, menus)
-    assert alpha.tolist() == [2, 2, 2, 1, 1, 1, 1, 5, 0.5, 1]
-    assert beta.tolist() == [3, 3, 3, 1, 1, 1, 1, 7, 0.25, 1]
+def test_gene_layout_of_an_action():
+    """Chromosome layout (slot space): affinity [n, d] row-major, priority, transfer; each
+    op's elite bias over its d + 2 genes. Hand-made menus on a 2-op graph, 3 devices."""
+    from regal.policy.menus import MenuChoices, make_action, normalise_menus
+    from regal.policy.reference import reference_for
+
+    menus = normalise_menus({
+        "affinity": [["uniform", [1, 1], [1, 1], [1, 1], [1, 1]],
+                     ["mine", [2, 3], [4, 5], [6, 7], [8, 9]]],
+        "priority": [0.0, 10.0], "transfer": [0.0, 4.0], "elite_bias": [0.7, 0.9]})
+    g = chain_graph(2)
+    ref = reference_for(g, 3)
+    choices = MenuChoices(np.array([1, 0]), np.array([0, 1]), np.array([1, 0]), np.array([1, 0]))
+    alpha, beta, elite = chromosome_parameters(make_action(choices, 0.0, ref, menus).keys)
+    m, t = ref.priority, ref.transfer
+    # slots of 3 devices: reference, next, previous (no "other")
+    assert alpha.tolist() == pytest.approx([2, 4, 6, 1, 1, 1, 1, 1 + 10 * m[1], 1 + 4 * t[0], 1])
+    assert beta.tolist() == pytest.approx([3, 5, 7, 1, 1, 1, 1, 1 + 10 * (1 - m[1]),
+                                           1 + 4 * (1 - t[0]), 1])
     assert elite.tolist() == [0.9, 0.9, 0.9, 0.7, 0.7, 0.7, 0.9, 0.7, 0.9, 0.7]
 
 
+UNIFORM_ONLY = {"affinity": [["uniform", [1, 1], [1, 1], [1, 1], [1, 1]]], "priority": [0.0],
+                "transfer": [0.0], "elite_bias": [0.7]}
+
+
 def test_uniform_only_menu_is_plain_brkga():
-    p = Policy(num_layers=1, hidden=8, menus={"beta": [(1, 1)], "elite_bias": [0.7]}, seed=1)
+    p = Policy(num_layers=1, hidden=8, menus=UNIFORM_ONLY, seed=1)
     randomise_heads(p, 1)
     g = chain_graph(20)
     for action in (p.act(g, 4, seed=0), p.act(g, 4, mode="greedy")):
-        assert action.alpha.shape == action.beta.shape == action.elite_bias.shape == (20 * 6,)
-        assert (action.alpha == 1.0).all() and (action.beta == 1.0).all()
-        assert (action.elite_bias == 0.7).all() and action.log_prob == 0.0
+        assert action.keys.affinity.alpha.shape == (20, 4)
+        assert action.placement_is_uniform() and action.log_prob == 0.0
         assert action.brkga_params() == {"alpha": None, "beta": None, "elite_bias": 0.7}
-    with pytest.raises(ValueError, match="Beta\\(1, 1\\)"):
-        Policy(menus={"beta": [(2, 2)]})
+    with pytest.raises(ValueError, match="uniform entry"):
+        Policy(menus={"affinity": [["follow", [5, 1], [1, 1], [1, 1], [1, 1]]]})
+    with pytest.raises(ValueError, match="must include 0"):
+        Policy(menus={"priority": [5.0]})
     with pytest.raises(ValueError, match="0.7"):
         Policy(menus={"elite_bias": [0.5]})
 
@@ -227,15 +247,14 @@ def test_ablation_switches(learn, elite, learned_blocks):
     n, d = 200, 3
     g = isolated_graph(n)
     action = p.act(g, d, seed=0)
-    blocks = {"affinity": slice(0, n * d), "priority": slice(n * d, n * d + n),
-              "transfer": slice(n * d + n, n * d + 2 * n)}
-    for group, block in blocks.items():
-        uniform = (action.alpha[block] == 1).all() and (action.beta[block] == 1).all()
+    for group in ("affinity", "priority", "transfer"):
+        params = getattr(action.keys, group)
+        uniform = (params.alpha == 1).all() and (params.beta == 1).all()
         assert uniform == (group not in learned_blocks), group
-    assert ((action.elite_bias == 0.7).all()) == ("elite_bias" not in learned_blocks)
+    assert ((action.keys.elite_bias == 0.7).all()) == ("elite_bias" not in learned_blocks)
     # only learned heads count toward the log-probability
     assert action.log_prob < -1.0
-    assert float(p.log_prob(g, d, action.indices)) == pytest.approx(action.log_prob, rel=1e-4)
+    assert float(p.log_prob(g, d, action.choices)) == pytest.approx(action.log_prob, rel=1e-4)
 
 
 # -- training plumbing ------------------------------------------------------------
@@ -245,11 +264,11 @@ def test_adam_step_raises_log_prob_and_save_load(tmp_path):
     p = Policy(num_layers=2, hidden=16, seed=7)
     g = chain_graph(30)
     action = p.act(g, 2, seed=1)
-    before = float(p.log_prob(g, 2, action.indices))
+    before = float(p.log_prob(g, 2, action.choices))
     assert before == pytest.approx(action.log_prob, rel=1e-5)
     opt = tf_keras.optimizers.Adam(1e-2)
     with tf.GradientTape() as tape:
-        loss = -p.log_prob(g, 2, action.indices)
+        loss = -p.log_prob(g, 2, action.choices)
     grads = tape.gradient(loss, p.trainable_variables)
     assert all(gr is not None for gr in grads)
     # every message-passing layer gets a gradient (it is not only the heads that learn)
@@ -258,7 +277,7 @@ def test_adam_step_raises_log_prob_and_save_load(tmp_path):
     assert len(conv_vars) == 2 * 4  # two layers, each two Dense (kernel, bias)
     assert all(float(tf.reduce_sum(tf.abs(grads[i]))) > 0 for i in conv_vars)
     opt.apply_gradients(zip(grads, p.trainable_variables))
-    after = float(p.log_prob(g, 2, action.indices))
+    after = float(p.log_prob(g, 2, action.choices))
     assert after > before + 1e-3
 
     p.save(tmp_path / "pol")
@@ -267,7 +286,8 @@ def test_adam_step_raises_log_prob_and_save_load(tmp_path):
     for h, lg in p.logits(g, 2).items():
         assert np.array_equal(lg, q.logits(g, 2)[h])
     a, b = p.act(g, 2, seed=9), q.act(g, 2, seed=9)
-    assert np.array_equal(a.indices, b.indices) and a.log_prob == b.log_prob
+    assert all(np.array_equal(x, y) for x, y in zip(a.choices, b.choices))
+    assert a.log_prob == b.log_prob
     with pytest.raises(ValueError, match="missing"):
         Policy.load(tmp_path / "nothing")
 

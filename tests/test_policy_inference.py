@@ -4,6 +4,7 @@ graphs without edges; and the `regal` method running without importing TensorFlo
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,9 +36,13 @@ def assert_same_logits(tf_logits: dict, np_logits: dict) -> None:
 
 
 def assert_same_action(a, b) -> None:
-    np.testing.assert_array_equal(a.indices, b.indices)
-    for field in ("alpha", "beta", "elite_bias"):
-        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    for head in a.choices._fields:
+        np.testing.assert_array_equal(getattr(a.choices, head), getattr(b.choices, head))
+    for group in ("affinity", "priority", "transfer"):
+        for x, y in zip(getattr(a.keys, group), getattr(b.keys, group)):
+            np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(a.keys.elite_bias, b.keys.elite_bias)
+    np.testing.assert_array_equal(a.reference.gene_order(), b.reference.gene_order())
     assert a.num_devices == b.num_devices
     assert a.log_prob == pytest.approx(b.log_prob, rel=1e-5, abs=1e-4)
 
@@ -115,8 +120,7 @@ CONFIGS = [
     dict(num_layers=2, hidden=16, learn="placement", learn_elite_bias=False, seed=7),
     # menus of different sizes per head: a head mapped to another's weights cannot load
     dict(num_layers=3, hidden=24, learn=("priority", "transfer"), learn_elite_bias=True, seed=2,
-         menus={"priority": [[1.0, 1.0], [0.5, 0.5], [3.0, 1.0]],
-                "transfer": [[2.0, 2.0], [1.0, 1.0], [0.3, 0.3], [5.0, 1.0]],
+         menus={"priority": [0.0, 5.0, 100.0], "transfer": [20.0, 0.0, 3.0, 50.0],
                 "elite_bias": [0.7, 0.9]}),
     dict(num_layers=0, hidden=8, learn="both", learn_elite_bias=True, seed=4),
 ]
@@ -130,7 +134,7 @@ def test_fresh_policies_match_tensorflow(tf_policy_cls, tmp_path, config):
     np_policy = NumpyPolicy.load(tmp_path / "p")
     assert np_policy.learned == tf_policy.learned
     assert np_policy.menus == tf_policy.menus
-    np.testing.assert_array_equal(np_policy.default_index, tf_policy.default_index)
+    assert np_policy.default == tf_policy.default
     for family, num_ops, devices in (("random", 80, 2), ("cnn", 120, 4)):
         check_against(tf_policy, np_policy, synth.generate(family, num_ops, seed=3), devices)
     check_against(tf_policy, np_policy, isolated_op_graph(), 4)
@@ -138,8 +142,15 @@ def test_fresh_policies_match_tensorflow(tf_policy_cls, tmp_path, config):
 
 def test_message_passing_reaches_neighbours(tmp_path):
     """Independent of TensorFlow: changing one op's features changes its neighbours' logits
-    (messages flow both ways) but not those of an op with no path to it within L layers."""
-    policy = NumpyPolicy.load(SHIPPED)
+    (messages flow both ways) but not those of an op with no path to it within L layers.
+    The shipped network with random head weights (its own are nearly constant on purpose)."""
+    from regal.policy.menus import read_policy_files
+
+    config, weights = read_policy_files(SHIPPED)
+    heads = 2 * len(NumpyPolicy(config, weights).learned)  # kernel and bias per head, last
+    rng = np.random.default_rng(0)
+    weights[-heads:] = [rng.normal(0, 1.0, w.shape).astype(np.float32) for w in weights[-heads:]]
+    policy = NumpyPolicy(config, weights)
     f = graph_features(isolated_op_graph(), 2)
     nodes = f.nodes.copy()
     nodes[0, 0] += 1.0  # op a: b (edge a->b) and c (edges a->c, b->c) hear about it
@@ -158,6 +169,14 @@ def test_errors(tmp_path):
     (tmp_path / "p" / "weights.npz").write_bytes((SHIPPED / "weights.npz").read_bytes())
     with pytest.raises(ValueError, match="weights do not match its config"):
         NumpyPolicy.load(tmp_path / "p")
+    # a policy of the old action space is named as such, not misread
+    (tmp_path / "old").mkdir()
+    old = json.loads(config)
+    del old["action_space"]
+    (tmp_path / "old" / "config.json").write_text(json.dumps(old))
+    (tmp_path / "old" / "weights.npz").write_bytes((SHIPPED / "weights.npz").read_bytes())
+    with pytest.raises(ValueError, match="action space 1"):
+        NumpyPolicy.load(tmp_path / "old")
     policy = NumpyPolicy.load(SHIPPED)
     graph = isolated_op_graph()
     with pytest.raises(ValueError, match="mode"):
@@ -172,7 +191,7 @@ def test_errors(tmp_path):
 NO_TF = """
 import sys
 from regal.cli import main
-from regal.policy import NumpyPolicy, HEADS, gene_parameters, Action
+from regal.policy import NumpyPolicy, HEADS, key_distribution, Action
 code = main(["optimize", "data/real/vgg16_infer_b1.npz", "--method", "regal", "--devices", "2",
              "--budget", "200"])
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "spektral", "tf_keras"))

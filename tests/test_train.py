@@ -1,6 +1,7 @@
-"""REINFORCE training and the `regal` method: a toy bandit is learned, a resumed run equals an
-uninterrupted one, SIGTERM checkpoints, a uniform-only policy is plain BRKGA, and the actor
-side never imports TensorFlow. Tiny networks, graphs and budgets keep this file fast."""
+"""Training and the `regal` method: a toy bandit is learned, supervised steps raise a target's
+likelihood, a resumed run equals an uninterrupted one (REINFORCE and pretraining), SIGTERM
+checkpoints, a uniform-only policy is plain BRKGA, and the actor side never imports TensorFlow.
+Tiny networks, graphs and budgets keep this file fast."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from regal.train import (BaselineCache, InlineActors, RolloutTask, TrainConfig, 
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("tf_keras")
-from regal.policy import HEADS, Policy  # noqa: E402
+from regal.policy import Policy  # noqa: E402
 from regal.regal_method import ablated_action, solve_regal  # noqa: E402
 from regal.train import Episode, Learner, train  # noqa: E402
 
@@ -49,10 +50,10 @@ def test_advantages_use_a_per_graph_mean_baseline():
 def test_reinforce_learns_a_toy_bandit():
     """Reward = share of ops whose priority head picks menu entry 3: its probability must rise."""
     graph = small_graph(12)
-    policy = Policy(num_layers=1, hidden=8, learn=("priority",), learn_elite_bias=False, seed=0)
+    policy = Policy(num_layers=1, hidden=8, learn=("priority",), learn_elite_bias=False, seed=0,
+                    prior_logit=0.0)
     learner = Learner(policy, learning_rate=0.05, entropy_coef=0.0, clip_norm=10.0)
     features = policy.features(graph, 2)
-    col = HEADS.index("priority")
 
     def prob_good():
         logits = policy.logits(features)["priority"]
@@ -63,11 +64,39 @@ def test_reinforce_learns_a_toy_bandit():
     before = prob_good()
     for _ in range(25):
         actions = [policy.act(features, mode="sample", rng=rng) for _ in range(8)]
-        rewards = np.array([(a.indices[:, col] == 3).mean() for a in actions])
-        learner.update([Episode(features, [a.indices for a in actions], rewards)])
+        rewards = np.array([(a.choices.priority == 3).mean() for a in actions])
+        learner.update([Episode(features, [a.choices for a in actions], rewards)])
     after = prob_good()
     assert before < 0.25
     assert after > 0.6, (before, after)
+
+
+def test_supervised_steps_raise_the_likelihood_of_a_target():
+    """Target = the reference solution itself: its negative log-likelihood falls, and the
+    policy comes to prefer following the reference placement and order."""
+    from regal.policy.menus import target_log_likelihoods
+    from regal.policy.losses import supervised_loss
+
+    graph = small_graph(40)
+    policy = Policy(num_layers=1, hidden=8, seed=1, prior_logit=0.0)
+    learner = Learner(policy, learning_rate=0.05, entropy_coef=0.0, clip_norm=10.0)
+    features = policy.features(graph, 3)
+    ref = features.reference
+    tables = target_log_likelihoods(policy.menus, ref, np.zeros(graph.num_nodes, np.int64),
+                                    ref.priority, ref.transfer)
+    tables = {h: t for h, t in tables.items() if h in policy.learned}
+
+    def nll():
+        return float(supervised_loss(policy.outputs(features), tables)) / graph.num_nodes
+
+    before = nll()
+    for _ in range(30):
+        stats = learner.supervised_update([(features, tables)])
+    assert stats["nll_per_op"] == pytest.approx(nll(), rel=0.2)
+    assert nll() < before - 0.5, (before, nll())
+    action = policy.act(features, mode="greedy")
+    assert (action.choices.affinity == 3).mean() > 0.9   # follow_strongly
+    assert (action.choices.priority == 3).mean() > 0.9   # kappa 100
 
 
 # ---------------------------------------------------------------------------
@@ -85,15 +114,22 @@ def test_uniform_rollout_has_zero_reward_with_common_random_numbers():
     assert list(cache.values.values()) == [expected]
 
 
-def test_validation_of_a_uniform_policy_is_zero_and_matches_plain_brkga():
+def test_validation_of_a_uniform_policy_is_seeded_brkga_against_plain_brkga():
     from regal.train import graph_source, validation_rewards
 
     val = graph_source("valid:3")
-    policy = Policy(num_layers=1, hidden=8, menus={"beta": [(1.0, 1.0)], "elite_bias": [0.7]})
+    policy = Policy(num_layers=1, hidden=8, menus=UNIFORM_ONLY)
     cache = BaselineCache()
     rewards = validation_rewards(policy, val, [1, 2], devices=(2, 3), seeds=2, budget=40,
-                                 cache=cache, population_size=10)
-    assert rewards.shape == (2, 2) and not rewards.any()
+                                 cache=cache, population_size=10, seed_population=False)
+    assert rewards.shape == (2, 2)
+    # a uniform action without seeding is plain BRKGA at the budget left by the reference
+    for row, i, d in ((0, 1, 3), (1, 2, 2)):
+        for s in range(2):
+            base = cache.values[BaselineCache.key(val[i], d, 1000 + s, 40, "peak_memory", 10)]
+            mine = solve_brkga(Problem(val[i], DeviceSpec(d)), 36, 1000 + s,
+                               population_size=10).value
+            assert rewards[row, s] == pytest.approx((base - mine) / base)
     # graph i runs on devices[i % 2] with seeds 1000, 1001: graph 1 on 3 devices
     expected = solve_brkga(Problem(val[1], DeviceSpec(3)), 40, 1001, population_size=10).value
     assert cache.values[BaselineCache.key(val[1], 3, 1001, 40, "peak_memory", 10)] == expected
@@ -123,20 +159,28 @@ def test_actor_side_does_not_import_tensorflow():
 # the regal method
 
 
+UNIFORM_ONLY = {"affinity": [["uniform", [1, 1], [1, 1], [1, 1], [1, 1]]], "priority": [0.0],
+                "transfer": [0.0], "elite_bias": [0.7]}
+
+
 def test_uniform_only_menu_reproduces_plain_brkga_exactly():
+    """Unseeded, a uniform-only policy is plain BRKGA at the budget the reference's four
+    evaluations leave; seeded, it is the seeded-brkga baseline."""
     graph = small_graph(40, seed=7)
     problem = Problem(graph, DeviceSpec(3))
-    policy = Policy(num_layers=1, hidden=8, menus={"beta": [(1.0, 1.0)], "elite_bias": [0.7]})
-    plain = solve_brkga(problem, 300, 11)
-    mine = solve_regal(problem, 300, 11, policy=policy)
+    policy = Policy(num_layers=1, hidden=8, menus=UNIFORM_ONLY)
+    plain = solve_brkga(problem, 296, 11)
+    mine = solve_regal(problem, 300, 11, policy=policy, seed_population=False)
     np.testing.assert_array_equal(mine.placement, plain.placement)
     np.testing.assert_array_equal(mine.priority, plain.priority)
     np.testing.assert_array_equal(mine.transfer_priority, plain.transfer_priority)
-    assert mine.value == plain.value and mine.evaluations == plain.evaluations
+    assert mine.value == plain.value and mine.evaluations == 300 == plain.evaluations + 4
     assert mine.extra["history"] == plain.extra["history"]
     assert mine.extra["policy_time"] > 0 and mine.extra["brkga_time"] > 0
-    via_registry = solve("regal", problem, 300, 11, policy=policy)
+    via_registry = solve("regal", problem, 300, 11, policy=policy, seed_population=False)
     assert via_registry.value == plain.value
+    seeded = solve_regal(problem, 300, 11, policy=policy)
+    assert seeded.value == solve("seeded-brkga", problem, 300, 11).value
 
 
 def test_policy_dir_is_stored_portably_and_pinned_by_content_hash(tmp_path, monkeypatch):
@@ -166,24 +210,44 @@ def test_ablation_switches_heads_back_to_plain_brkga_choices():
     policy = Policy(num_layers=1, hidden=8, seed=3)
     action = policy.act(graph, 2, mode="sample", seed=0)
     sched = ablated_action(policy, action, learn="scheduling", learn_elite_bias=False)
-    for i, head in enumerate(HEADS):
+    for head in action.choices._fields:
         if head in ("priority", "transfer"):
-            np.testing.assert_array_equal(sched.indices[:, i], action.indices[:, i])
+            np.testing.assert_array_equal(getattr(sched.choices, head),
+                                          getattr(action.choices, head))
         else:
-            assert (sched.indices[:, i] == policy.default_index[i]).all()
-    n = graph.num_nodes
-    assert (sched.alpha[:2 * n] == 1.0).all() and (sched.elite_bias == 0.7).all()
+            assert (getattr(sched.choices, head) == getattr(policy.default, head)).all()
+    assert sched.placement_is_uniform() and (sched.keys.elite_bias == 0.7).all()
 
 
 # ---------------------------------------------------------------------------
 # the loop: resume and signals
 
 
-def tiny_config(out, steps):
+def tiny_config(out, steps, **more):
     return TrainConfig(train="train:20", val="valid:2", out=str(out), steps=steps, budget=40,
                        devices=(2, 3), graphs_per_step=2, samples=2, population_size=10,
                        val_every=2, val_graphs=2, val_seeds=1, workers=1, hidden=8,
-                       num_layers=1, learning_rate=0.01, progress=False)
+                       num_layers=1, learning_rate=0.01, progress=False, **more)
+
+
+def tiny_store(path):
+    """A best-known store (regal.bestknown's line format) for three graphs of train:20."""
+    from regal.optimizers import round_robin
+    from regal.train import graph_source
+
+    source = graph_source("train:20")
+    lines = []
+    for i, d in ((0, 2), (1, 2), (2, 3)):
+        graph = source[i]
+        found = round_robin(Problem(graph, DeviceSpec(d)))
+        lines.append(json.dumps({
+            "kind": "solution", "fingerprint": graph.fingerprint(), "devices": d,
+            "memory_limit": None, "objective": "peak_memory", "value": found.value,
+            "placement": found.placement.tolist(), "priority": found.priority.tolist(),
+            "transfer_priority": found.transfer_priority.tolist()}))
+    lines.append(json.dumps({"kind": "effort", "fingerprint": "x", "seconds": 3.0}))
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
 
 
 def _history(run):
@@ -218,6 +282,21 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
     assert meta_a["rng"] == meta_b["rng"] and meta_a["step"] == meta_b["step"] == 4
     # the cached uniform baselines survive the resume
     assert json.loads((tmp_path / "b" / "baselines.json").read_text())
+
+
+def test_pretraining_then_reinforce_resumes_exactly(tmp_path):
+    store = tiny_store(tmp_path / "store.jsonl")
+    more = dict(pretrain_from=store, pretrain_steps=2, seeds_per_action=2)
+    train(tiny_config(tmp_path / "a", 4, **more))
+    train(tiny_config(tmp_path / "b", 1, **more))
+    train(tiny_config(tmp_path / "b", 4, **more), resume=True)
+    a, b = _history(tmp_path / "a"), _history(tmp_path / "b")
+    assert [r["mode"] for r in a] == ["supervised", "supervised", "reinforce", "reinforce"]
+    for key in ("entries", "rewards", "graphs", "loss", "val_improvement"):
+        assert [r.get(key) for r in a] == [r.get(key) for r in b], key
+    assert all(np.isfinite(r["nll_per_op"]) for r in a[:2])  # densities: may be < 0
+    with pytest.raises(ValueError, match="pretrain_from"):
+        TrainConfig(train="train", val="valid", out="x", pretrain_steps=3)
 
 
 def test_sigterm_checkpoints_and_stops(tmp_path):

@@ -1,31 +1,38 @@
-"""REGAL's policy: a GNN that picks, per op, BRKGA's Beta key distributions and elite bias.
+"""REGAL's policy: a GNN that picks, per op, how BRKGA draws its keys relative to a reference.
 
-For every op the policy makes four categorical choices (the *heads*):
+Action space 2 (`config["action_space"]`). Per graph, a reference solution is computed once
+(`regal.policy.reference`: the best of a few cheap heuristics by the simulator's score), its
+devices relabelled by first use in topological order, and given to the GNN as features. For
+every op the policy then makes four categorical choices (the *heads*, `regal.policy.menus`):
 
-- `affinity`, `priority`, `transfer`: an index into a menu of Beta(alpha, beta)
-  pairs, one per key group of DESIGN §5. The affinity choice is one per op,
-  broadcast over its `d` affinity genes: devices are interchangeable, so a
-  per-device choice would have nothing to tell devices apart and would break
-  the symmetry between them; a Beta shared by the op's genes still shapes how
-  decisively BRKGA's crossover and mutants move the op between devices.
-- `elite_bias`: an index into a menu of elite-bias probabilities, repeated over
-  all `d + 2` genes of the op.
+- `affinity`: how the op's `d` affinity keys are drawn, in *slot space*: slot 0 is the op's
+  reference device, slot 1 the next device, slot d-1 the previous one. Menu: uniform,
+  follow weakly / moderately / strongly, avoid the reference, move to the next / previous
+  device. BRKGA searches in slot space (`Reference.gene_order` maps a chromosome to the
+  device space the decoder reads), so renaming the devices changes nothing, and "follow"
+  decodes to the reference device in >= 90% of draws instead of 1/d.
+- `priority`, `transfer`: a concentration kappa of a Beta whose mode is the op's position in
+  the reference order; kappa = 0 is uniform, 100 nearly reproduces the order.
+- `elite_bias`: the probability that a child inherits the elite parent's gene.
 
-`Action` holds the chosen indices, their log-probability and the per-gene
-`alpha`, `beta`, `elite_bias` arrays (length `n * (d + 2)`, chromosome layout:
-affinity `[n, d]` row-major, then priority `[n]`, then transfer `[n]`).
+Why a menu per op rather than continuous heads: REINFORCE on a categorical has an exact,
+cheap log-probability and entropy; the menu entries are interpretable (one entry is "plain
+BRKGA" for every head, which the ablations and "do no harm" rely on); BRKGA's sampler draws
+a few shared (alpha, beta) pairs by exact closed forms; and a menu entry's likelihood of a
+best-known solution (the supervised loss) is a small table (`menus.target_log_likelihoods`).
+The order heads' Betas are per op anyway (their mode follows the reference order).
 
-`NumpyPolicy` (regal/policy/inference.py) runs the same network on the same stored
-weights in numpy, without TensorFlow: the `regal` method's inference path.
+`Action` holds the choices (`MenuChoices`, one `[n]` array per head), the `KeyDistribution`
+they stand for, the reference and their log-probability. Distributions are data plus pure
+functions (`regal.policy.distributions`), used by the TF `Policy` (training) and the numpy
+`NumpyPolicy` (regal/policy/inference.py: the `regal` method's inference path) alike, so
+both make the same choices from the same logits and seed. Losses: `regal.policy.losses`.
 
-A REINFORCE learner uses `act` to sample (numpy, no gradient) and
-`log_prob`/`entropy`/`evaluate` under a `tf.GradientTape` to differentiate
-the log-probability of the sampled indices w.r.t. `trainable_variables`.
-
-Ablations: `learn` names the learned key groups ("both", "placement" =
-affinity, "scheduling" = priority + transfer, or a tuple); `learn_elite_bias`
-toggles the elite-bias head. An unlearned head always picks uniform Beta(1, 1)
-or BRKGA's default elite bias 0.7 and adds nothing to log-prob or entropy.
+Ablations: `learn` names the learned key groups ("both", "placement" = affinity,
+"scheduling" = priority + transfer, or a tuple); `learn_elite_bias` toggles the elite-bias
+head. An unlearned head always picks plain BRKGA's entry and adds nothing to log-prob or
+entropy. An untrained policy prefers `menus.PRIOR` (follow the reference moderately) by
+`prior_logit` nats.
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ from regal.policy.features import GraphFeatures, graph_features
 
 # TensorFlow loads only when `Policy` is first used, so the numpy-only featuriser, menus
 # and `NumpyPolicy` (and code that merely imports this package) stay cheap.
-_MENUS = ("Action", "gene_parameters", "HEADS", "KEY_GROUPS", "DEFAULT_BETA_MENU",
-          "DEFAULT_ELITE_MENU", "UNIFORM_BETA", "BRKGA_ELITE_BIAS", "LEARN_PRESETS")
+_MENUS = ("Action", "MenuChoices", "HEADS", "KEY_GROUPS", "PLACEMENT_MENU", "ORDER_MENU",
+          "ELITE_MENU", "BRKGA_ELITE_BIAS", "LEARN_PRESETS", "ACTION_SPACE", "key_distribution")
 _LAZY = ("Policy", "NumpyPolicy", *_MENUS)
 
 __all__ = ["GraphFeatures", "graph_features", *_LAZY]

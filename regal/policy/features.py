@@ -5,6 +5,11 @@ or a ratio that does not grow with the graph (depth fractions, z-scores within
 the graph), so a policy trained on 500-op graphs sees familiar numbers on a
 50,000-op graph. Messages flow both ways: every edge appears twice, once
 forward (direction 0) and once reversed (direction 1).
+
+The last `REFERENCE_FEATURES` columns describe the graph's reference solution
+(`regal.policy.reference`), which the placement and order actions are relative to:
+where the op sits in it, whether its neighbours share its device, how loaded that
+device is. They use canonical labels only, so they do not change when devices are renamed.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from regal.graph import ComputationGraph
 __all__ = [
     "GraphFeatures", "NODE_FEATURES", "EDGE_FEATURES", "OP_TYPE_BUCKETS",
     "graph_features", "op_type_ids", "device_context", "longest_path_levels",
+    "REFERENCE_FEATURES", "reference_columns",
 ]
 
 OP_TYPE_BUCKETS = 64  # id 0 = unknown op type; 1..63 = hashed buckets
@@ -37,7 +43,11 @@ NODE_FEATURES = (
     # graph-level context, the same on every node
     "log_num_devices", "inv_num_devices", "has_memory_limit", "memory_limit_over_total_bytes",
     "log_num_ops",
+    # the reference solution (see the module docstring)
+    "ref_label_fraction", "ref_same_device_inputs", "ref_same_device_outputs",
+    "ref_order_fraction", "ref_device_peak_ratio", "ref_on_peak_device",
 )
+REFERENCE_FEATURES = NODE_FEATURES[NODE_FEATURES.index("ref_label_fraction"):]
 EDGE_FEATURES = ("log_tensor_bytes", "is_control", "is_reversed")
 
 
@@ -49,6 +59,7 @@ class GraphFeatures(NamedTuple):
     edge_index: np.ndarray  # [m, 2] int64: (sender, receiver), both directions
     edges: np.ndarray       # [m, len(EDGE_FEATURES)] float32
     num_devices: int
+    reference: object = None  # regal.policy.reference.Reference the actions are relative to
 
     @property
     def num_nodes(self) -> int:
@@ -113,9 +124,38 @@ def _zscore(x: np.ndarray) -> np.ndarray:
     return (x - x.mean()) / sd if sd > 1e-9 else np.zeros_like(x)
 
 
-def graph_features(graph: ComputationGraph, devices) -> GraphFeatures:
-    """Features of every op and every (doubled) edge; `devices` is an int or a DeviceSpec."""
+def reference_columns(graph: ComputationGraph, reference) -> list[np.ndarray]:
+    """The REFERENCE_FEATURES columns (float64 [n] each) of `reference` on `graph`."""
+    labels = np.asarray(reference.labels, np.int64)
+    d = reference.num_devices
+    n = graph.num_nodes
+
+    def same_share(ptr, nbr):
+        count = np.diff(ptr)
+        owner = np.repeat(np.arange(n), count)
+        same = np.bincount(owner, weights=(labels[nbr] == labels[owner]).astype(np.float64),
+                           minlength=n)
+        return np.where(count > 0, same / np.maximum(count, 1), 1.0)
+
+    peak = np.asarray(reference.peak, np.float64)
+    top = peak.max() if peak.max() > 0 else 1.0
+    ratio = peak[labels] / top
+    return [labels / max(d - 1, 1), same_share(graph.pred_ptr, graph.pred),
+            same_share(graph.succ_ptr, graph.succ), np.asarray(reference.priority, np.float64),
+            ratio, (ratio >= 1.0).astype(np.float64)]
+
+
+def graph_features(graph: ComputationGraph, devices, objective: str = "peak_memory",
+                   reference=None) -> GraphFeatures:
+    """Features of every op and every (doubled) edge; `devices` is an int or a DeviceSpec.
+    `reference` defaults to `reference_for(graph, devices, objective)` (cached)."""
     d, limit = device_context(devices)
+    if reference is None:
+        from regal.policy.reference import reference_for
+        reference = reference_for(graph, devices, objective)
+    if reference.num_devices != d or len(reference.labels) != graph.num_nodes:
+        raise ValueError(f"reference: made for {len(reference.labels)} ops on "
+                         f"{reference.num_devices} devices, not {graph.num_nodes} on {d}")
     n, t = graph.num_nodes, graph.num_tensors
     size = graph.tensor_size.astype(np.float64)
 
@@ -163,7 +203,9 @@ def graph_features(graph: ComputationGraph, devices) -> GraphFeatures:
     nodes = np.empty((n, len(NODE_FEATURES)), dtype=np.float32)
     for j, col in enumerate(cols):
         nodes[:, j] = col
-    nodes[:, len(cols):] = np.asarray(context, dtype=np.float32)
+    nodes[:, len(cols):len(cols) + len(context)] = np.asarray(context, dtype=np.float32)
+    for j, col in enumerate(reference_columns(graph, reference)):
+        nodes[:, len(cols) + len(context) + j] = col
 
     src = np.concatenate([pair_producer, ctrl_src])
     dst = np.concatenate([pair_consumer, ctrl_dst])
@@ -178,4 +220,4 @@ def graph_features(graph: ComputationGraph, devices) -> GraphFeatures:
     edges[:, 1] = np.tile(is_ctrl, 2)
     edges[:, 2] = np.repeat([0.0, 1.0], m)
     return GraphFeatures(nodes=nodes, op_type=op_type_ids(graph.op_types), edge_index=edge_index,
-                         edges=edges, num_devices=d)
+                         edges=edges, num_devices=d, reference=reference)

@@ -37,8 +37,9 @@ from threadpoolctl import ThreadpoolController
 from regal.graph import ComputationGraph
 from regal.policy.features import (EDGE_FEATURES, NODE_FEATURES, OP_TYPE_BUCKETS, GraphFeatures,
                                    graph_features)
-from regal.policy.menus import (HEADS, Action, check_mode, choose_indices, default_indices,
-                                learned_heads, make_action, normalise_menus, read_policy_files)
+from regal.policy.menus import (ACTION_SPACE, HEADS, Action, check_mode, choose,
+                                default_choices, learned_heads, make_action, normalise_menus,
+                                read_policy_files)
 
 __all__ = ["NumpyPolicy", "as_features", "weight_shapes", "LAYER_NORM_EPSILON"]
 
@@ -54,8 +55,9 @@ def _blas_threads() -> ThreadpoolController:
     return ThreadpoolController()
 
 
-def as_features(graph, devices=None) -> GraphFeatures:
-    """`graph`'s features (passed through if already a GraphFeatures)."""
+def as_features(graph, devices=None, objective: str = "peak_memory") -> GraphFeatures:
+    """`graph`'s features, with its reference solution for `objective` (passed through if
+    already a GraphFeatures)."""
     if isinstance(graph, GraphFeatures):
         return graph
     if not isinstance(graph, ComputationGraph):
@@ -63,7 +65,7 @@ def as_features(graph, devices=None) -> GraphFeatures:
                          f"{type(graph).__name__}")
     if devices is None:
         raise ValueError("devices: required with a ComputationGraph (an int or a DeviceSpec)")
-    return graph_features(graph, devices)
+    return graph_features(graph, devices, objective)
 
 
 def weight_shapes(num_layers: int, hidden: int, head_sizes: dict[str, int]) -> list[tuple]:
@@ -198,17 +200,20 @@ def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarra
 class NumpyPolicy:
     """The stored GNN policy, inference only (no gradients, no TensorFlow).
 
-    Same `menus`, `learned`, `default_index`, `config`, `logits` and `act` as `Policy`."""
+    Same `menus`, `learned`, `default`, `config`, `logits` and `act` as `Policy`."""
 
     def __init__(self, config: dict, weights: list[np.ndarray]) -> None:
         self.config = dict(config)
+        if config.get("action_space", 1) != ACTION_SPACE:
+            raise ValueError(f"config: action space {config.get('action_space', 1)}, this "
+                             f"version reads {ACTION_SPACE}")
         num_layers, hidden = int(config.get("num_layers", 4)), int(config.get("hidden", 64))
         if num_layers < 0 or hidden < 1:
             raise ValueError(f"num_layers must be >= 0 and hidden >= 1, got {num_layers}, {hidden}")
         self.menus = normalise_menus(config.get("menus"))
         self.learned = learned_heads(config.get("learn", "both"),
                                      bool(config.get("learn_elite_bias", True)))
-        self.default_index = default_indices(self.menus)
+        self.default = default_choices(self.menus)
         expected = weight_shapes(num_layers, hidden, {h: len(self.menus[h]) for h in self.learned})
         if [tuple(np.shape(w)) for w in weights] != expected:
             raise ValueError("weights do not match the config: expected shapes "
@@ -246,8 +251,8 @@ class NumpyPolicy:
                                  "config") from None
             raise
 
-    def features(self, graph, devices=None) -> GraphFeatures:
-        return as_features(graph, devices)
+    def features(self, graph, devices=None, objective: str = "peak_memory") -> GraphFeatures:
+        return as_features(graph, devices, objective)
 
     def embed(self, graph, devices=None) -> np.ndarray:
         """Every op's float32 embedding after the last message-passing layer, `[n, H]`."""
@@ -280,12 +285,13 @@ class NumpyPolicy:
         parts = np.split(out.astype(np.float64), self._head_split, axis=1)
         return dict(zip(self._head_names, parts))
 
-    def act(self, graph, devices=None, mode: str = "sample", rng=None, seed=None) -> Action:
+    def act(self, graph, devices=None, mode: str = "sample", rng=None, seed=None,
+            objective: str = "peak_memory") -> Action:
         """As `Policy.act`: the same choices and random draws for the same logits and rng."""
         check_mode(mode)
-        f = as_features(graph, devices)
+        f = as_features(graph, devices, objective)
         if mode == "sample" and rng is None:
             rng = np.random.default_rng(seed)
         logits = self.logits(f) if self.learned else {}
-        indices, log_prob = choose_indices(logits, self.default_index, f.num_nodes, mode, rng)
-        return make_action(indices, log_prob, f.num_devices, self.menus)
+        choices, log_prob = choose(logits, self.default, f.num_nodes, mode, rng)
+        return make_action(choices, log_prob, f.reference, self.menus)

@@ -1,5 +1,6 @@
 """`Policy`: the TensorFlow side of the policy (see the package docstring); `Action`, the menus
-and logits -> action live in the TF-free `regal.policy.menus` and are re-exported here."""
+and logits -> action live in the TF-free `regal.policy.menus`, the distribution formulas in
+`regal.policy.distributions` (here run on tensors through `TF_OPS`, so they differentiate)."""
 
 from __future__ import annotations
 
@@ -14,51 +15,66 @@ import regal.tfenv  # noqa: E402,F401  (OR-Tools before TensorFlow: see regal/tf
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from regal.policy.distributions import (ArrayOps, categorical_entropy,  # noqa: E402
+                                        categorical_log_prob)
 from regal.policy.features import EDGE_FEATURES, NODE_FEATURES, GraphFeatures, graph_features  # noqa: E402
 from regal.policy.inference import as_features  # noqa: E402
 from regal.policy.menus import (  # noqa: E402,F401  (re-exported: the TF-free half)
-    BRKGA_ELITE_BIAS, CONFIG_FILE, DEFAULT_BETA_MENU, DEFAULT_ELITE_MENU, HEADS, KEY_GROUPS,
-    LEARN_PRESETS, UNIFORM_BETA, WEIGHTS_FILE, Action, check_mode, choose_indices,
-    default_indices, gene_parameters, learned_heads, log_softmax as _log_softmax, make_action,
-    normalise_menus as _normalise_menus, read_policy_files)
+    ACTION_SPACE, CONFIG_FILE, HEADS, KEY_GROUPS, LEARN_PRESETS, PRIOR_LOGIT, WEIGHTS_FILE,
+    Action, MenuChoices, check_mode, choose, default_choices, learned_heads, make_action,
+    menus_to_json, normalise_menus, prior_biases, read_policy_files)
 from regal.policy.model import PolicyNetwork, initialise  # noqa: E402
 
-__all__ = [
-    "Policy", "Action", "GraphFeatures", "graph_features", "HEADS", "KEY_GROUPS",
-    "DEFAULT_BETA_MENU", "DEFAULT_ELITE_MENU", "UNIFORM_BETA", "BRKGA_ELITE_BIAS",
-    "gene_parameters", "LEARN_PRESETS",
-]
+__all__ = ["Policy", "Action", "MenuChoices", "GraphFeatures", "graph_features", "HEADS",
+           "KEY_GROUPS", "LEARN_PRESETS", "TF_OPS"]
 
 # Below this many ops an untraced forward pass runs eagerly: tracing the tf.function costs
 # ~1 s once per process, an eager pass ~0.02 s at 100 ops and ~0.2 s at 2,000 ops.
 EAGER_MAX_OPS = 2000
 
+TF_OPS = ArrayOps(log_softmax=lambda x: tf.nn.log_softmax(x, axis=-1),
+                  take_rows=lambda v, i: tf.gather(v, i, axis=1, batch_dims=1),
+                  sum=tf.reduce_sum, exp=tf.exp,
+                  logsumexp_rows=lambda x: tf.reduce_logsumexp(x, axis=1),
+                  constant=lambda a: tf.constant(np.asarray(a), tf.float32))
+
 
 class Policy:
-    """The GNN policy; see the module docstring for what it chooses."""
+    """The GNN policy; see the package docstring for what it chooses.
+
+    `prior_logit` sets the heads' initial biases so that an untrained policy prefers
+    `menus.PRIOR` (follow the reference placement moderately) by that many nats; 0 makes
+    it nearly uniform over every menu."""
 
     def __init__(self, num_layers: int = 4, hidden: int = 64, menus: dict | None = None,
-                 learn="both", learn_elite_bias: bool = True, seed: int = 0) -> None:
+                 learn="both", learn_elite_bias: bool = True, seed: int = 0,
+                 prior_logit: float = PRIOR_LOGIT, action_space: int = ACTION_SPACE) -> None:
+        if action_space != ACTION_SPACE:
+            raise ValueError(f"action_space: this version builds {ACTION_SPACE}, got {action_space}")
         self.learned = learned_heads(learn, learn_elite_bias)
         learn = tuple(h for h in self.learned if h in KEY_GROUPS)
         if int(num_layers) < 0 or int(hidden) < 1:
             raise ValueError(f"num_layers must be >= 0 and hidden >= 1, got {num_layers}, {hidden}")
-        self.menus = _normalise_menus(menus)
-        self.default_index = default_indices(self.menus)
-        self.config = {"num_layers": int(num_layers), "hidden": int(hidden),
-                       "menus": {h: [list(p) if isinstance(p, tuple) else p for p in self.menus[h]]
-                                 for h in HEADS},
+        self.menus = normalise_menus(menus)
+        self.default = default_choices(self.menus)
+        self.config = {"action_space": ACTION_SPACE, "num_layers": int(num_layers),
+                       "hidden": int(hidden), "menus": menus_to_json(self.menus),
                        "learn": [g for g in KEY_GROUPS if g in learn],
-                       "learn_elite_bias": bool(learn_elite_bias), "seed": int(seed)}
+                       "learn_elite_bias": bool(learn_elite_bias), "seed": int(seed),
+                       "prior_logit": float(prior_logit)}
         self.net = PolicyNetwork({h: len(self.menus[h]) for h in self.learned},
                                  num_layers=int(num_layers), hidden=int(hidden))
         self._build()
         initialise(self.net, int(seed))
+        biases = prior_biases(self.menus, logit=float(prior_logit))
+        for head, layer in self.net.heads.items():
+            kernel, _ = layer.get_weights()
+            layer.set_weights([kernel, biases[head]])
         self.eager_max_ops = EAGER_MAX_OPS  # 0: always the traced function (training)
         self._forward = tf.function(self._forward_impl, input_signature=_SIGNATURE,
                                     reduce_retracing=True)
         self._evaluate = tf.function(self._evaluate_impl,
-                                     input_signature=_SIGNATURE + [tf.TensorSpec([None, 4], tf.int32)],
+                                     input_signature=_SIGNATURE + [_CHOICES_SIGNATURE],
                                      reduce_retracing=True)
 
     # -- plumbing ------------------------------------------------------------
@@ -74,19 +90,18 @@ class Policy:
     def _forward_impl(self, nodes, op_type, edge_index, edges):
         return self.net((nodes, op_type, edge_index, edges))
 
-    def _evaluate_impl(self, nodes, op_type, edge_index, edges, indices):
+    def _evaluate_impl(self, nodes, op_type, edge_index, edges, choices):
         logits = self.net((nodes, op_type, edge_index, edges))
         log_prob, entropy = tf.constant(0.0), tf.constant(0.0)
         for h in self.learned:
-            logp = tf.nn.log_softmax(logits[h], axis=-1)
-            chosen = tf.gather(logp, indices[:, HEADS.index(h)], axis=1, batch_dims=1)
-            log_prob += tf.reduce_sum(chosen)
-            entropy -= tf.reduce_sum(tf.exp(logp) * logp)
+            index = choices[:, HEADS.index(h)]
+            log_prob += categorical_log_prob(logits[h], index, TF_OPS)
+            entropy += categorical_entropy(logits[h], TF_OPS)
         return log_prob, entropy
 
-    def features(self, graph, devices=None) -> GraphFeatures:
+    def features(self, graph, devices=None, objective: str = "peak_memory") -> GraphFeatures:
         """Features of `graph` (passed through if already a GraphFeatures)."""
-        return as_features(graph, devices)
+        return as_features(graph, devices, objective)
 
     @staticmethod
     def _tensors(f: GraphFeatures):
@@ -98,9 +113,14 @@ class Policy:
         return self.net.trainable_variables
 
     # -- public ----------------------------------------------------------------
-    def logits(self, graph, devices=None) -> dict[str, np.ndarray]:
+    def outputs(self, graph, devices=None, objective: str = "peak_memory") -> dict:
+        """Menu logits per learned head as differentiable float32 tensors `[n, menu size]`
+        (the input of `regal.policy.losses`)."""
+        return self._forward(*self._tensors(self.features(graph, devices, objective)))
+
+    def logits(self, graph, devices=None, objective: str = "peak_memory") -> dict[str, np.ndarray]:
         """Menu logits per learned head, float64 `[n, menu size]` (one forward pass)."""
-        f = self.features(graph, devices)
+        f = self.features(graph, devices, objective)
         traced = self._forward.experimental_get_tracing_count() > 0
         if f.num_nodes < self.eager_max_ops and not traced:
             out = self.net(self._tensors(f))  # a one-off call: skip the tracing cost
@@ -108,38 +128,35 @@ class Policy:
             out = self._forward(*self._tensors(f))
         return {h: out[h].numpy().astype(np.float64) for h in self.learned}
 
-    def act(self, graph, devices=None, mode: str = "sample", rng=None, seed=None) -> Action:
+    def act(self, graph, devices=None, mode: str = "sample", rng=None, seed=None,
+            objective: str = "peak_memory") -> Action:
         """Choose every op's menus: `sample` draws from the policy (with `rng` or `seed`),
         `greedy` takes each head's most likely entry (ties: lowest index)."""
         check_mode(mode)
-        f = self.features(graph, devices)
+        f = self.features(graph, devices, objective)
         if mode == "sample" and rng is None:
             rng = np.random.default_rng(seed)
         logits = self.logits(f) if self.learned else {}
-        indices, log_prob = choose_indices(logits, self.default_index, f.num_nodes, mode, rng)
-        return make_action(indices, log_prob, f.num_devices, self.menus)
+        choices, log_prob = choose(logits, self.default, f.num_nodes, mode, rng)
+        return make_action(choices, log_prob, f.reference, self.menus)
 
-    def evaluate(self, graph, devices, indices):
-        """(log-probability of `indices`, entropy) as differentiable float32 tf scalars.
+    def evaluate(self, graph, devices, choices: MenuChoices, objective: str = "peak_memory"):
+        """(log-probability of `choices`, entropy) as differentiable float32 tf scalars.
 
         Both are sums over ops and learned heads (divide by the op count for a
         per-op figure); unlearned heads contribute nothing."""
-        idx = np.asarray(indices, dtype=np.int32)
-        f = self.features(graph, devices)
-        if idx.shape != (f.num_nodes, len(HEADS)):
-            raise ValueError(f"indices: expected shape ({f.num_nodes}, {len(HEADS)}), "
-                             f"got {idx.shape}")
-        return self._evaluate(*self._tensors(f), tf.constant(idx))
+        f = self.features(graph, devices, objective)
+        stacked = np.stack([np.broadcast_to(np.asarray(getattr(choices, h), np.int32),
+                                            (f.num_nodes,)) for h in HEADS], axis=1)
+        return self._evaluate(*self._tensors(f), tf.constant(stacked))
 
-    def log_prob(self, graph, devices, indices):
-        """Differentiable log-probability (tf scalar) of the menu `indices` `[n, 4]`."""
-        return self.evaluate(graph, devices, indices)[0]
+    def log_prob(self, graph, devices, choices: MenuChoices, objective: str = "peak_memory"):
+        """Differentiable log-probability (tf scalar) of `choices`."""
+        return self.evaluate(graph, devices, choices, objective)[0]
 
-    def entropy(self, graph, devices=None):
+    def entropy(self, graph, devices=None, objective: str = "peak_memory"):
         """Differentiable entropy (tf scalar) of the policy on `graph`, summed over ops and heads."""
-        f = self.features(graph, devices)
-        return self._evaluate(*self._tensors(f),
-                              tf.constant(np.tile(self.default_index, (f.num_nodes, 1))))[1]
+        return self.evaluate(graph, devices, self.default, objective)[1]
 
     def save(self, directory) -> None:
         """Writes `config.json` and `weights.npz` (one array per variable, in build order)."""
@@ -165,3 +182,5 @@ _SIGNATURE = [tf.TensorSpec([None, len(NODE_FEATURES)], tf.float32),
               tf.TensorSpec([None], tf.int32),
               tf.TensorSpec([None, 2], tf.int64),
               tf.TensorSpec([None, len(EDGE_FEATURES)], tf.float32)]
+# the choices of every head stacked as columns in HEADS order (a tf.function input only)
+_CHOICES_SIGNATURE = tf.TensorSpec([None, len(HEADS)], tf.int32)
