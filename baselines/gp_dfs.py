@@ -7,12 +7,17 @@ temporary memory, its non-alias outputs and its persistent memory) while minimis
 that cross parts (edge weight = bytes of the tensors between two ops). Priorities follow a
 DFS topological order: a ready stack, so a chain is finished before another one starts,
 which keeps few tensors alive at once. It never calls the model except to score its answer.
+
+Colocation groups are partitioned as one vertex each (their ops' weights summed, edges
+between groups merged), so METIS never splits one; pinned groups then go to their pin
+(`regal.decode.respect_colocation`), as METIS cannot fix a vertex's part.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from regal.decode import respect_colocation
 from regal.optimizers import Problem, Solution, score
 
 __all__ = ["solve", "partition", "dfs_order"]
@@ -56,32 +61,52 @@ def _edges(graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return uniq // n, uniq % n, weight
 
 
+def _units(graph) -> tuple[np.ndarray, int]:
+    """Unit (0..u-1) of every op: one per colocation group, numbered in leader order."""
+    if not graph.has_groups:
+        return np.arange(graph.num_nodes), graph.num_nodes
+    leaders, unit = np.unique(graph.colocation, return_inverse=True)
+    return unit.reshape(-1), len(leaders)
+
+
 def partition(graph, d: int, seed: int = 0) -> np.ndarray:
-    """Device of every op: METIS k-way cut into `d` memory-balanced parts."""
+    """Device of every op: METIS k-way cut into `d` memory-balanced parts, whole groups."""
     import pymetis
 
     n = graph.num_nodes
     if d == 1 or n == 1:
         return np.zeros(n, np.int32)
-    if n <= d:
-        return np.arange(n, dtype=np.int32)
+    unit, u = _units(graph)
+    if u <= d:
+        return np.arange(u, dtype=np.int32)[unit]
     a, b, w = _edges(graph)
+    if u < n:  # contract each group into one vertex: drop inner edges, merge parallel ones
+        a, b = unit[a], unit[b]
+        keep = a != b
+        lo, hi = np.minimum(a, b)[keep], np.maximum(a, b)[keep]
+        key, inverse = np.unique(lo.astype(np.int64) * u + hi, return_inverse=True)
+        w_sum = np.zeros(len(key), np.int64)
+        np.add.at(w_sum, inverse.reshape(-1), w[keep])
+        a, b, w = key // u, key % u, w_sum
     # symmetric CSR for METIS
     rows = np.concatenate([a, b])
     cols = np.concatenate([b, a])
     weights = np.concatenate([w, w])
     order = np.lexsort((cols, rows))
     rows, cols, weights = rows[order], cols[order], weights[order]
-    xadj = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(rows, minlength=n), out=xadj[1:])
-    vweights = _scaled(_memory_weights(graph), _METIS_MAX_WEIGHT)
+    xadj = np.zeros(u + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=u), out=xadj[1:])
+    memory = _memory_weights(graph)
+    if u < n:
+        memory = np.bincount(unit, weights=memory, minlength=u)
+    vweights = _scaled(memory, _METIS_MAX_WEIGHT)
     eweights = _scaled(weights, _METIS_MAX_WEIGHT) if len(weights) else weights
     options = pymetis.Options(seed=int(seed) % (2**31))
     adjacency = pymetis.CSRAdjacency(xadj.tolist(), cols.tolist())
     _, parts = pymetis.part_graph(d, adjacency, vweights=vweights.tolist(),
                                   eweights=eweights.tolist() if len(weights) else None,
                                   options=options)
-    return np.asarray(parts, dtype=np.int32)
+    return np.asarray(parts, dtype=np.int32)[unit]
 
 
 def dfs_order(graph) -> np.ndarray:
@@ -110,7 +135,7 @@ def solve(problem: Problem, budget: int, seed: int = 0, progress=None) -> Soluti
         raise ValueError(f"budget must be a positive integer, got {budget}")
     graph = problem.graph
     n = graph.num_nodes
-    placement = partition(graph, problem.devices.count, seed)
+    placement = respect_colocation(graph, partition(graph, problem.devices.count, seed))
     priority = np.empty(n)
     priority[dfs_order(graph)] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
     return Solution(**score(problem, placement, priority, priority), evaluations=1,

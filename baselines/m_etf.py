@@ -13,12 +13,16 @@ its non-alias outputs to its device for good. The capacity of a device is its me
 without limits it is (1 + slack) x total / d when the objective is peak memory (so the
 placer balances memory) and unbounded for makespan. When no device has room for a ready op,
 it may go to the devices with the most room left. Priorities follow the scheduled starts.
+
+Colocation groups: the first op of a group to be scheduled chooses the group's device (a
+pinned group's is its pin) and every later op of the group may start only there.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from regal.decode import respect_colocation
 from regal.optimizers import Problem, Solution, score
 
 __all__ = ["solve", "schedule"]
@@ -79,13 +83,18 @@ def schedule(problem: Problem, slack: float = 0.1) -> tuple[np.ndarray, np.ndarr
     placement = np.full(n, -1, np.int32)
     start = np.zeros(n)
     finish = np.zeros(n)
+    leader = graph.colocation
+    group_device = np.array(graph.pinned, np.int64)  # per leader: -1 = not decided yet
     while ready:
         best = None
         for v in ready:
-            fits = np.flatnonzero(used + memory[v] <= capacity)
-            if len(fits) == 0:
-                room = capacity - used
-                fits = np.flatnonzero(room == room.max())
+            if group_device[leader[v]] >= 0:  # the group's device is decided (or pinned)
+                fits = group_device[leader[v]:leader[v] + 1]
+            else:
+                fits = np.flatnonzero(used + memory[v] <= capacity)
+                if len(fits) == 0:
+                    room = capacity - used
+                    fits = np.flatnonzero(room == room.max())
             for k in fits:
                 est = free_at[k]
                 for u, delay in inputs[v]:
@@ -96,6 +105,7 @@ def schedule(problem: Problem, slack: float = 0.1) -> tuple[np.ndarray, np.ndarr
         est, _, v, k = best
         ready.remove(v)
         placement[v], start[v] = k, est
+        group_device[leader[v]] = k
         finish[v] = est + graph.compute_cost[v]
         free_at[k] = finish[v]
         used[k] += memory[v]
@@ -116,6 +126,7 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, slack: float = 0.1,
     graph = problem.graph
     n = graph.num_nodes
     placement, start = schedule(problem, slack)
+    placement = respect_colocation(graph, placement)  # already conforming: a safety net
     order = np.lexsort((np.arange(n), start))
     priority = np.empty(n)
     priority[order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5

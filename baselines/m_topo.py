@@ -6,12 +6,17 @@ share is used, then device 1, and so on; the last device takes what is left. An 
 is what it holds statically in Baechi's accounting: persistent memory, temporary memory and
 the bytes of its non-alias outputs. The share of a device is total memory / d, or the
 device's memory limit when that is smaller. Priorities follow the same topological order.
+
+A colocation group is placed as one unit when the walk meets its first op: its whole
+memory decides where it fits, and its later ops follow it; a pinned group goes to its pin
+(outside the fill).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from regal.decode import respect_colocation
 from regal.optimizers import Problem, Solution, score
 
 __all__ = ["solve", "op_memory", "place"]
@@ -39,13 +44,23 @@ def place(graph, devices) -> np.ndarray:
     memory = op_memory(graph)
     share = shares(graph, devices)
     d = devices.count
+    leader, pinned = graph.colocation, graph.pinned
+    group_memory = np.zeros(graph.num_nodes, np.int64)  # a free op is its own group
+    np.add.at(group_memory, leader, memory)
+    group_device = np.full(graph.num_nodes, -1, np.int64)
     placement = np.zeros(graph.num_nodes, np.int32)
     k, used = 0, 0
     for v in graph.topo_order:
-        if k < d - 1 and used > 0 and used + memory[v] > share[k]:
+        group = leader[v]
+        if group_device[group] < 0 and pinned[v] >= 0:
+            group_device[group] = pinned[v]
+        if group_device[group] >= 0:  # the group was placed by an earlier op, or pinned
+            placement[v] = group_device[group]
+            continue
+        if k < d - 1 and used > 0 and used + group_memory[group] > share[k]:
             k, used = k + 1, 0
-        placement[v] = k
-        used += memory[v]
+        placement[v] = group_device[group] = k
+        used += group_memory[group]
     return placement
 
 
@@ -57,6 +72,6 @@ def solve(problem: Problem, budget: int, seed: int = 0, progress=None) -> Soluti
     n = graph.num_nodes
     priority = np.empty(n)
     priority[graph.topo_order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
-    placement = place(graph, problem.devices)
+    placement = respect_colocation(graph, place(graph, problem.devices))
     return Solution(**score(problem, placement, priority, priority), evaluations=1,
                     method="m-topo", seed=seed, extra={"share": shares(graph, problem.devices).tolist()})

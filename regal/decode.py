@@ -1,10 +1,15 @@
-"""Chromosome layout and decoding (DESIGN §5, SIM_RULES 12).
+"""Chromosome layout and decoding (DESIGN §5, SIM_RULES 12-13).
 
 For `n` ops and `d` devices a chromosome holds `n * (d + 2)` keys in [0, 1]:
 
     keys[:n*d].reshape(n, d)   affinity: dev(v) = argmax_k affinity[v, k], ties to the lower k
     keys[n*d : n*d+n]          priority of op v (higher runs first)
     keys[n*d+n : n*d+2n]       transfer priority of every tensor v produces
+
+Colocation groups and pins (SIM_RULES 13): a group's device is decided once, by its pin,
+else by its leader's affinity row, and every member takes it; so any keys decode to a
+placement that respects the graph's constraints. `respect_colocation` projects a
+placement that does not (for methods that place ops directly).
 
 Blocks are per node, so a policy's per-node parameters broadcast over them simply.
 `encode` maps any method's solution back to keys, so it can seed the BRKGA.
@@ -14,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["num_genes", "num_devices", "split", "decode", "encode", "rank_normalize"]
+__all__ = ["num_genes", "num_devices", "split", "decode", "encode", "rank_normalize",
+           "respect_colocation", "colocation_violation"]
 
 
 def num_genes(num_nodes: int, num_devices: int) -> int:
@@ -53,8 +59,85 @@ def decode(keys, graph, devices):
         raise ValueError(f"keys: expected {expected} genes ({n} ops x ({d} devices + 2)), "
                          f"got shape {keys.shape}")
     affinity, priority, transfer = split(keys, n, d)
-    placement = np.argmax(affinity, axis=-1).astype(np.int32)  # first maximum = lower device
+    if graph.constrained:
+        _check_pins(graph, d)
+        # SIM_RULES 13: the leader's row decides for its group; a pin overrides the keys
+        placement = np.argmax(affinity[..., graph.colocation, :], axis=-1).astype(np.int32)
+        placement = np.where(graph.pinned >= 0, graph.pinned, placement).astype(np.int32)
+    else:
+        placement = np.argmax(affinity, axis=-1).astype(np.int32)  # first maximum = lower device
     return placement, priority.copy(), transfer.copy()
+
+
+def _check_pins(graph, d: int) -> None:
+    from regal.graph import check_pins
+    check_pins(graph.names, graph.pinned, d)
+
+
+def colocation_violation(graph, placement) -> tuple[int, str] | None:
+    """(op, reason) for the first op whose device breaks its group or pin, else None."""
+    if not graph.constrained:
+        return None
+    placement = np.asarray(placement)
+    pinned = graph.pinned
+    bad = (pinned >= 0) & (placement != pinned)
+    if bad.any():
+        v = int(np.flatnonzero(bad)[0])
+        L = int(graph.colocation[v])
+        group = "" if L == v else f" (colocation group of {str(graph.names[L])!r})"
+        return v, (f"op {str(graph.names[v])!r} is on device {placement[v]}, but its group"
+                   f"{group} is pinned to device {pinned[v]}")
+    bad = placement != placement[graph.colocation]
+    if bad.any():
+        v = int(np.flatnonzero(bad)[0])
+        L = int(graph.colocation[v])
+        return v, (f"op {str(graph.names[v])!r} is on device {placement[v]}, but its "
+                   f"colocation group leader {str(graph.names[L])!r} is on device "
+                   f"{placement[L]}; a group runs on one device")
+    return None
+
+
+def _op_bytes(graph) -> np.ndarray:
+    """Bytes each op holds (persistent, temporary, its non-alias outputs): its vote weight."""
+    own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.float64)
+    out = np.zeros(graph.num_nodes)
+    np.add.at(out, graph.tensor_producer, own)
+    return out + graph.persistent_memory + graph.temporary_memory
+
+
+def respect_colocation(graph, placement) -> np.ndarray:
+    """`placement` with every group on one device and every pin kept, moving few bytes.
+
+    Each group goes to its pin; else to the device holding most of its members' bytes
+    (persistent + temporary + outputs), which moves the fewest of them; by op count when
+    the group holds no bytes; ties go to the leader's device when it is among the best,
+    else to the lowest. A conforming placement comes back unchanged.
+    Pins are not range-checked here (the simulator and `decode` check them against d).
+    """
+    placement = np.asarray(placement)
+    if placement.shape != (graph.num_nodes,) or not np.issubdtype(placement.dtype, np.integer):
+        raise ValueError(f"placement: expected one integer device per op "
+                         f"({graph.num_nodes}), got {placement.dtype} shape {placement.shape}")
+    placement = placement.astype(np.int32)
+    if colocation_violation(graph, placement) is None:
+        return placement
+    leaders = graph.colocation
+    d = int(max(placement.max(initial=0), graph.pinned.max(initial=-1))) + 1
+    weight = _op_bytes(graph)
+    votes = np.zeros((graph.num_nodes, d))
+    np.add.at(votes, (leaders, placement), weight)
+    counts = np.zeros((graph.num_nodes, d))
+    np.add.at(counts, (leaders, placement), 1.0)
+    empty = votes.sum(axis=1) == 0
+    votes[empty] = counts[empty]
+    best = votes.max(axis=1, keepdims=True)
+    choice = np.argmax(votes == best, axis=1)  # lowest device among the best
+    # row L of `votes` is group L's: its leader's own device wins a tie
+    keep_leader = votes[np.arange(graph.num_nodes), placement] == best[:, 0]
+    choice = np.where(keep_leader, placement, choice)
+    result = choice[leaders]
+    result = np.where(graph.pinned >= 0, graph.pinned, result)
+    return result.astype(np.int32)
 
 
 def rank_normalize(values) -> np.ndarray:
@@ -81,13 +164,17 @@ def _unit_keys(name: str, values, n: int) -> np.ndarray:
     return rank_normalize(values)
 
 
-def encode(placement, priority, transfer_priority, num_devices: int) -> np.ndarray:
+def encode(placement, priority, transfer_priority, num_devices: int,
+           graph=None) -> np.ndarray:
     """A solution -> one chromosome that decodes back to it.
 
     The affinity block is one-hot (1.0 on the chosen device, 0.0 elsewhere).
     Priorities already in [0, 1] are stored as they are, so decode(encode(x)) == x;
     any other priority vector is rank-normalised first, which keeps the order
     and the ties (hence the schedule the simulator builds) but not the values.
+    Keys always decode to a placement that respects the graph's groups and pins (the
+    leader's row decides); given `graph`, a placement that breaks them is first projected
+    by `respect_colocation`, so the keys decode to that projection.
     """
     d = int(num_devices)
     if d < 1:
@@ -102,6 +189,8 @@ def encode(placement, priority, transfer_priority, num_devices: int) -> np.ndarr
         v = int(np.flatnonzero(bad)[0])
         raise ValueError(f"placement: op {v} is on device {placement[v]}, "
                          f"outside 0..{d - 1}")
+    if graph is not None:
+        placement = respect_colocation(graph, placement)
     keys = np.zeros(num_genes(n, d))
     affinity, prio, transfer = split(keys, n, d)
     affinity[np.arange(n), placement] = 1.0

@@ -16,7 +16,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["ComputationGraph", "GraphError", "GraphBuilder", "build_graph", "summarize"]
+__all__ = ["ComputationGraph", "GraphError", "GraphBuilder", "build_graph", "summarize",
+           "group_leaders", "check_constraints", "check_pins", "spread_pins", "with_constraints"]
 
 
 class GraphError(ValueError):
@@ -50,6 +51,9 @@ class ComputationGraph(NamedTuple):
     pred_ptr: np.ndarray           # [n+1] int32
     pred: np.ndarray               # unique predecessors (data + control), ascending
     topo_order: np.ndarray         # [n] int32
+    # placement constraints (DESIGN §3): ops of one colocation group run on one device
+    colocation: np.ndarray         # [n] int32 group leader = lowest op id of v's group (a free op: v)
+    pinned: np.ndarray             # [n] int32 device the group is pinned to, or -1 (same on every member)
 
     # -- sizes -------------------------------------------------------------
     @property
@@ -98,6 +102,29 @@ class ComputationGraph(NamedTuple):
             raise KeyError(f"no op named {name!r}")
         return int(hits[0])
 
+    @property
+    def has_groups(self) -> bool:
+        """Whether some op shares a colocation group with another."""
+        return bool((self.colocation != np.arange(self.num_nodes)).any())
+
+    @property
+    def has_pins(self) -> bool:
+        return bool((self.pinned >= 0).any())
+
+    @property
+    def constrained(self) -> bool:
+        """Whether a placement must respect groups or pins (else every placement is allowed)."""
+        return self.has_groups or self.has_pins
+
+    def groups(self) -> dict[int, np.ndarray]:
+        """Leader -> member op ids (ascending) of every group with more than one op."""
+        leaders = self.colocation
+        multi = np.flatnonzero(np.bincount(leaders, minlength=self.num_nodes) > 1)
+        order = np.argsort(leaders, kind="stable")
+        ptr = np.zeros(self.num_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(leaders, minlength=self.num_nodes), out=ptr[1:])
+        return {int(L): order[ptr[L]:ptr[L + 1]] for L in multi}
+
     def depth(self) -> int:
         """Number of ops on the longest path (1 for a single op)."""
         level = np.zeros(self.num_nodes, dtype=np.int64)
@@ -118,6 +145,14 @@ class ComputationGraph(NamedTuple):
             arr = getattr(self, field)
             h.update(field.encode())
             h.update(np.ascontiguousarray(arr).tobytes())
+        # constraints only when there are some: an unconstrained graph keeps the hash it
+        # had before constraints existed (stored records and solutions key on it)
+        if self.has_groups:
+            h.update(b"colocation")
+            h.update(np.ascontiguousarray(self.colocation, dtype=np.int32).tobytes())
+        if self.has_pins:
+            h.update(b"pinned")
+            h.update(np.ascontiguousarray(self.pinned, dtype=np.int32).tobytes())
         return h.hexdigest()[:16]
 
     def __repr__(self) -> str:
@@ -199,11 +234,16 @@ def build_graph(
     tensor_alias=None,
     control_src=(),
     control_dst=(),
+    colocation=None,
+    pinned=None,
 ) -> ComputationGraph:
     """Validate raw arrays and derive the adjacency; raises `GraphError` on bad input.
 
     `tensor_producer` must be non-decreasing (tensors in op order, then port).
     `input_ptr`/`input_tensor` is a CSR of each op's input tensors in port order.
+    `colocation` (leader of each op's group, the lowest id in it; default: every op free)
+    and `pinned` (device of each op's group or -1; default: none) are in canonical form,
+    as `group_leaders` makes them; `check_constraints` says what is enforced.
     """
     names_arr = np.asarray(list(names), dtype=str)
     n = len(names_arr)
@@ -304,6 +344,10 @@ def build_graph(
     control_ptr, control_pred = _csr(cdst, csrc, n)
 
     topo = _topological_order(n, succ_ptr, succ, pred_ptr, pred, op)
+    leaders = _as("colocation", np.arange(n) if colocation is None else colocation,
+                  np.int64, n, "op")
+    pins = _as("pinned", np.full(n, -1) if pinned is None else pinned, np.int64, n, "op")
+    check_constraints(names_arr, leaders, pins)
 
     return ComputationGraph(
         names=_ro(names_arr), op_types=_ro(types), compute_cost=_ro(cost),
@@ -314,8 +358,79 @@ def build_graph(
         input_tensor=_ro(itensor.astype(np.int32)), control_ptr=_ro(control_ptr),
         control_pred=_ro(control_pred), consumer_ptr=_ro(consumer_ptr), consumer=_ro(consumer),
         succ_ptr=_ro(succ_ptr), succ=_ro(succ), pred_ptr=_ro(pred_ptr), pred=_ro(pred),
-        topo_order=_ro(topo),
+        topo_order=_ro(topo), colocation=_ro(leaders.astype(np.int32)),
+        pinned=_ro(pins.astype(np.int32)),
     )
+
+
+def check_constraints(names, colocation: np.ndarray, pinned: np.ndarray,
+                      num_devices: int | None = None) -> None:
+    """Raises GraphError naming the op unless groups and pins are in canonical form.
+
+    Every op's leader is an op with an id no higher than its own that leads itself (so
+    the leader is the group's lowest id and each group has exactly one leader); every
+    member carries its group's pin (-1 = none), so one group is never on two devices;
+    with `num_devices`, pins lie in 0..num_devices-1.
+    """
+    n = len(colocation)
+
+    def op(i) -> str:
+        return repr(str(names[int(i)]))
+
+    ids = np.arange(n)
+    bad = (colocation < 0) | (colocation > ids)
+    if bad.any():
+        v = int(np.flatnonzero(bad)[0])
+        L = int(colocation[v])
+        what = f"op {op(L)}, which has a higher id" if 0 <= L < n else f"{L}, not an op"
+        raise GraphError(f"op {op(v)}: colocation leader is {what} (the leader is the lowest "
+                         f"op id of the group)")
+    bad = colocation[colocation] != colocation
+    if bad.any():
+        v = int(np.flatnonzero(bad)[0])
+        L = int(colocation[v])
+        raise GraphError(f"op {op(v)}: colocation leader {op(L)} is not in the group "
+                         f"(its own leader is {op(colocation[L])})")
+    bad = pinned < -1
+    if bad.any():
+        v = int(np.flatnonzero(bad)[0])
+        raise GraphError(f"op {op(v)}: pinned to device {pinned[v]} (expected a device "
+                         f">= 0, or -1 for none)")
+    bad = pinned != pinned[colocation]
+    if bad.any():
+        v = int(np.flatnonzero(bad)[0])
+        L = int(colocation[v])
+        raise GraphError(f"op {op(v)}: pinned to device {pinned[v]}, but its colocation group "
+                         f"(leader {op(L)}) is pinned to device {pinned[L]}; a group runs on "
+                         f"one device")
+    if num_devices is not None:
+        check_pins(names, pinned, num_devices)
+
+
+def check_pins(names, pinned: np.ndarray, num_devices: int) -> None:
+    """GraphError naming the first op pinned outside devices 0..num_devices-1."""
+    bad = pinned >= num_devices
+    if bad.any():
+        v = int(np.flatnonzero(bad)[0])
+        raise GraphError(f"op {str(names[v])!r}: pinned to device {pinned[v]}, outside "
+                         f"0..{num_devices - 1} ({num_devices} devices)")
+
+
+def group_leaders(num_nodes: int, pairs) -> np.ndarray:
+    """Union-find over (a, b) op pairs -> the canonical leader (lowest id) of every op's group."""
+    parent = list(range(int(num_nodes)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a, b in pairs:
+        ra, rb = root(int(a)), root(int(b))
+        if ra != rb:  # the lower id becomes the root, so every root is its group's minimum
+            parent[max(ra, rb)] = min(ra, rb)
+    return np.asarray([root(i) for i in range(int(num_nodes))], dtype=np.int32)
 
 
 def _topological_order(n, succ_ptr, succ, pred_ptr, pred, op) -> np.ndarray:
@@ -362,6 +477,8 @@ class GraphBuilder:
         self._outputs: list[list[tuple[float, int]]] = []  # per op: (size, alias input port)
         self._inputs: list[list[tuple[int, int]]] = []      # per op: (producer op, port)
         self._control: list[tuple[int, int]] = []
+        self._colocated: list[tuple[int, int]] = []
+        self._pins: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self._names)
@@ -401,6 +518,14 @@ class GraphBuilder:
     def add_control(self, src: int, dst: int) -> None:
         self._control.append((src, dst))
 
+    def colocate(self, a: int, b: int) -> None:
+        """Ops `a` and `b` (and their groups) must run on one device."""
+        self._colocated.append((a, b))
+
+    def pin(self, op: int, device: int) -> None:
+        """Op `op`'s whole colocation group runs on `device`."""
+        self._pins[op] = device
+
     def build(self) -> ComputationGraph:
         n = len(self._names)
         out_counts = [len(o) for o in self._outputs]
@@ -431,13 +556,108 @@ class GraphBuilder:
                     alias.append(input_tensor[int(input_ptr[v]) + a])
         csrc = [s for s, _ in self._control]
         cdst = [d for _, d in self._control]
+        for a, b in self._colocated:
+            for v in (a, b):
+                if not 0 <= v < n:
+                    raise GraphError(f"colocation names a missing op ({v})")
+        leaders = group_leaders(n, self._colocated)
+        pinned = spread_pins(self._names, leaders, self._pins)
         return build_graph(
             names=self._names, op_types=self._types, compute_cost=self._cost,
             temporary_memory=self._temp, persistent_memory=self._pers, is_final=self._final,
             tensor_producer=producer, tensor_size=sizes, tensor_alias=alias,
             input_ptr=input_ptr, input_tensor=np.asarray(input_tensor, dtype=np.int64),
-            control_src=csrc, control_dst=cdst,
+            control_src=csrc, control_dst=cdst, colocation=leaders, pinned=pinned,
         )
+
+
+def spread_pins(names, leaders: np.ndarray, pins: dict, pinned=None) -> np.ndarray:
+    """Op -> device pins (plus an existing `pinned` array) -> every member's group pin.
+
+    GraphError when two pins put one group on two devices, naming both ops.
+    """
+    n = len(leaders)
+    group_pin = np.full(n, -1, dtype=np.int64)
+    pinned_by = {}
+    items = [] if pinned is None else [(v, int(pinned[v])) for v in
+                                       np.flatnonzero(np.asarray(pinned) >= 0).tolist()]
+    for v, k in items + list(pins.items()):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise GraphError(f"op {str(names[v])!r}: pin to device {k!r}: expected an "
+                             f"integer device >= 0")
+        L = int(leaders[v])
+        if group_pin[L] >= 0 and group_pin[L] != k:
+            u = pinned_by[L]
+            raise GraphError(f"op {str(names[v])!r}: pinned to device {k}, but op "
+                             f"{str(names[u])!r} of the same colocation group (leader "
+                             f"{str(names[L])!r}) is pinned to device {group_pin[L]}")
+        group_pin[L] = k
+        pinned_by.setdefault(L, v)
+    return group_pin[leaders].astype(np.int32)
+
+
+def _match_ops(graph: ComputationGraph, pattern: str) -> np.ndarray:
+    """Op ids a pin pattern names: the exact name; else `re:REGEX` (full match) or a glob."""
+    import fnmatch
+    import re
+
+    names = graph.names.tolist()
+    if pattern in names:
+        return np.asarray([names.index(pattern)])
+    if pattern.startswith("re:"):
+        try:
+            regex = re.compile(pattern[3:])
+        except re.error as exc:
+            raise GraphError(f"pin {pattern!r}: bad regular expression ({exc})") from None
+        hits = [v for v, name in enumerate(names) if regex.fullmatch(name)]
+    elif any(c in pattern for c in "*?["):
+        hits = [v for v, name in enumerate(names) if fnmatch.fnmatchcase(name, pattern)]
+    else:
+        raise GraphError(f"pin {pattern!r}: no op has that name (a pattern needs * ? [ or "
+                         f"the prefix re:)")
+    if not hits:
+        raise GraphError(f"pin {pattern!r}: the pattern matches no op")
+    return np.asarray(hits)
+
+
+def with_constraints(graph: ComputationGraph, pins: dict | None = None, colocate=(),
+                     num_devices: int | None = None) -> ComputationGraph:
+    """`graph` with user constraints added to the groups and pins it already has.
+
+    `pins` maps an op name or pattern (`*`/`?`/`[...]` glob, or `re:REGEX` matched against
+    the whole name) to a device: the group of every matching op is pinned there. Each item
+    of `colocate` lists op names (exact) whose groups merge into one. GraphError (one line)
+    on an unknown op, a pattern matching nothing, a group pinned to two devices, or (given
+    `num_devices`) a device outside 0..num_devices-1. A pure function: `graph` is unchanged.
+    """
+    n = graph.num_nodes
+    index = {name: v for v, name in enumerate(graph.names.tolist())}
+    pairs = [(v, int(graph.colocation[v])) for v in np.flatnonzero(
+        graph.colocation != np.arange(n)).tolist()]
+    for group in colocate or ():
+        group = [group] if isinstance(group, str) else list(group)
+        ids = []
+        for name in group:
+            if name not in index:
+                raise GraphError(f"colocate: no op named {name!r}")
+            ids.append(index[name])
+        pairs.extend((ids[0], v) for v in ids[1:])
+    leaders = group_leaders(n, pairs)
+    wanted = {}
+    for pattern, device in (pins or {}).items():
+        if isinstance(device, bool) or not isinstance(device, (int, np.integer)) or device < 0:
+            raise GraphError(f"pin {pattern!r}: device {device!r}: expected an integer >= 0")
+        if num_devices is not None and device >= num_devices:
+            raise GraphError(f"pin {pattern!r}: device {device} is outside "
+                             f"0..{num_devices - 1} ({num_devices} devices)")
+        for v in _match_ops(graph, str(pattern)).tolist():
+            if v in wanted and wanted[v] != device:
+                raise GraphError(f"op {str(graph.names[v])!r}: pinned to devices "
+                                 f"{wanted[v]} and {device} by two patterns")
+            wanted[v] = int(device)
+    pinned = spread_pins(graph.names, leaders, wanted, graph.pinned)
+    check_constraints(graph.names, leaders, pinned.astype(np.int64), num_devices)
+    return graph._replace(colocation=_ro(leaders), pinned=_ro(pinned))
 
 
 def summarize(graph: ComputationGraph) -> dict:

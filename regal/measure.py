@@ -19,10 +19,12 @@ weights where it has them), and a `device_map.json` (op -> device).
   are held for the whole run; fetched tensors stay to the end.
 
 Resource colocation: TensorFlow runs every op that takes a variable handle on the handle's
-device (it silently overrides the requested device). So ops joined by resource edges or
-colocation constraints are placed together, on the device where the model charges the
-variables' bytes (the member with the most persistent memory); `moved` lists such ops. The
-simulated peaks that `measure` compares against are those of the applied placement.
+device (it silently overrides the requested device). The importer records these groups in
+the graph (`colocation`), so every placement regal produces keeps a group together and
+nothing moves. A solution that splits a group anyway (made for a graph without groups) is
+applied with the group on the device where the model charges the variables' bytes (the
+member with the most persistent memory); `moved` lists such ops. The simulated peaks that
+`measure` compares against are those of the applied placement.
 
 Call `configure_devices` (or `measure`, which calls it) before anything else in the process
 initialises TensorFlow's devices: logical devices cannot be changed afterwards.
@@ -47,8 +49,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from regal.graph import ComputationGraph, GraphError  # noqa: E402
-from regal.io.tensorflow import (FORWARDING_OPS, ImportedStep, import_step,  # noqa: E402,F401
-                                 resolve_model, with_forwarding)
+from regal.graph import group_leaders  # noqa: E402
+from regal.io.tensorflow import (FORWARDING_OPS, ImportedStep, colocation_pairs,  # noqa: E402,F401
+                                 import_step, resolve_model, with_forwarding)
 from regal.sim import DeviceSpec, simulate, trace  # noqa: E402
 
 __all__ = ["PlacedStep", "Measurement", "configure_devices", "load_solution_record",
@@ -198,33 +201,10 @@ class PlacedStep:
         return self.step.graph
 
 
-def _colocation_groups(ops: list) -> list[int]:
-    """Union-find root of every op: joined by resource/ref edges and `_class` constraints."""
-    index = {op.name: i for i, op in enumerate(ops)}
-    parent = list(range(len(ops)))
-
-    def root(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    def join(a, b):
-        parent[root(a)] = root(b)
-
-    for i, op in enumerate(ops):
-        for t in op.inputs:
-            if t.dtype == tf.resource or t.dtype._is_ref_dtype:  # noqa: SLF001
-                join(i, index[t.op.name])
-        try:
-            classes = op.get_attr("_class")
-        except ValueError:
-            classes = []
-        for c in classes:
-            name = c.decode() if isinstance(c, bytes) else c
-            if name.startswith("loc:@") and name[5:] in index:
-                join(i, index[name[5:]])
-    return [root(i) for i in range(len(ops))]
+def _colocation_groups(ops: list) -> np.ndarray:
+    """Group leader of every op, by the importer's rules (`colocation_pairs`): the groups
+    TensorFlow's placer forces, the same ones the imported graph's `colocation` holds."""
+    return group_leaders(len(ops), colocation_pairs(ops))
 
 
 def _run_order(graph: ComputationGraph, devices: DeviceSpec, placement, priority,

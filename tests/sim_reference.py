@@ -238,18 +238,40 @@ def reference_objective(result, graph, count, memory_limit, bandwidth, latency, 
             + infeasible_offset(graph, count, bandwidth, latency))
 
 
-def reference_decode(keys, n, count):
-    """[R12] one chromosome -> (placement, priority, transfer_priority)."""
+def reference_decode(keys, n, count, colocation=None, pinned=None):
+    """[R12] one chromosome -> (placement, priority, transfer_priority).
+
+    [R13] with `colocation` (leader of each op) and `pinned` (-1 or a device per op): each
+    group's device is decided once, by its pin, else by its leader's affinity row; every
+    member takes it.
+    """
     keys = np.asarray(keys, dtype=np.float64)
     assert keys.shape == (n * (count + 2),)
     affinity = keys[:n * count].reshape(n, count)
-    placement = []
-    for v in range(n):
+
+    def argmax_row(v):
         best = 0
         for k in range(1, count):
             if affinity[v, k] > affinity[v, best]:  # strict: ties go to the lower device index
                 best = k
-        placement.append(best)
+        return best
+
+    if colocation is None:
+        colocation = list(range(n))
+    if pinned is None:
+        pinned = [-1] * n
+    members = {}
+    for v in range(n):
+        members.setdefault(int(colocation[v]), []).append(v)
+    placement = [None] * n
+    for leader, group in members.items():
+        pins = {int(pinned[v]) for v in group}
+        assert len(pins) == 1, "a group carries one pin"  # [R13] one device per group
+        pin = pins.pop()
+        device = pin if pin >= 0 else argmax_row(leader)  # [R13] the pin overrides the keys
+        assert 0 <= device < count
+        for v in group:
+            placement[v] = device
     priority = keys[n * count:n * count + n].tolist()
     transfer = keys[n * count + n:n * count + 2 * n].tolist()
     return placement, priority, transfer

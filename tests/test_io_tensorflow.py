@@ -353,3 +353,52 @@ def test_import_step_carries_saved_model_weights(tmp_path):
         {"VarHandleOp"}
     np.testing.assert_array_equal(values[1], np.arange(42, dtype=np.float32).reshape(6, 7))
     np.testing.assert_array_equal(values[0], np.zeros(7, np.float32))
+
+
+def _tf_groups_truth(source, training):
+    """Groups read straight off the tf.Graph: each op with a resource/ref input joins that
+    input's producer; `_class` loc:@NAME joins NAME (independent of the importer's code)."""
+    step = tfio._build_step(source, batch_size=BATCH, training=training, input_shapes=None,
+                            learning_rate=1e-3)
+    ops = tfio._prune(step.graph, step.fetches)
+    names = [op.name for op in ops]
+    label = {name: name for name in names}
+
+    def find(x):
+        while label[x] != x:
+            x = label[x]
+        return x
+
+    for op in ops:
+        linked = [t.op.name for t in op.inputs
+                  if t.dtype == tf.resource or t.dtype.name.endswith("_ref")]
+        linked += [c.decode()[5:] for c in (op.node_def.attr["_class"].list.s
+                                            if "_class" in op.node_def.attr else [])]
+        for other in linked:
+            if other in label:
+                label[find(op.name)] = find(other)
+    groups = {}
+    for name in names:
+        groups.setdefault(find(name), set()).add(name)
+    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_colocation_groups_are_tensorflows(training):
+    graph = tfio.import_model(small_model, batch_size=BATCH, training=training)
+    names = graph.names
+    got = sorted(sorted(names[m].tolist()) for m in graph.groups().values())
+    assert got == _tf_groups_truth(small_model, training)
+    # by hand: the dense kernel's group
+    kernel = op_named(graph, "dense_out/kernel")
+    members = {str(names[v]) for v in graph.groups()[int(graph.colocation[kernel])]}
+    types = sorted(str(graph.op_types[v]) for v in graph.groups()[int(graph.colocation[kernel])])
+    if training:
+        assert {"dense_out/kernel", "dense_out/kernel/Adam", "dense_out/kernel/Adam_1"} <= members
+        assert types.count("ResourceApplyAdam") == 1 and types.count("VarHandleOp") == 3
+    else:
+        assert types == ["ReadVariableOp", "VarHandleOp"]
+    # every variable's handle shares a group with every op reading it, nothing else joins
+    bn_gamma = op_named(graph, "bn/gamma")
+    assert graph.colocation[bn_gamma] != graph.colocation[kernel]
+    assert not graph.has_pins

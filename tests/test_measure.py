@@ -219,3 +219,32 @@ def test_apply_saved_model_source_keeps_its_weights(tmp_path):
         sig = meta_graph.signature_def["serving_default"]
         y = sess.run(sig.outputs["output_0"].name, {sig.inputs["input_0"].name: x})
     np.testing.assert_allclose(y, module(tf.constant(x)).numpy(), atol=1e-5)
+
+
+def test_optimized_training_step_moves_no_op(tmp_path):
+    """A training step (variables, Adam and its slots) imported with TensorFlow's colocation
+    groups: BRKGA's placement keeps each group together, so applying it moves nothing,
+    while the same keys decoded without groups would split variables from their readers."""
+    from regal.decode import decode
+    from regal.measure import apply_solution, place
+
+    train_step = import_step(small_model, batch_size=BATCH, training=True)
+    graph = train_step.graph
+    assert graph.has_groups
+    problem = optimizers.Problem(graph, 2)
+    solution = optimizers.solve("brkga", problem, 200, seed=0)
+    assert solution.extra["colocation_repaired"] == 0
+    assert len(set(solution.placement.tolist())) == 2  # both devices used
+    record = optimizers.solution_record(problem, solution, 200)
+    result = apply_solution(small_model, record, tmp_path, batch_size=BATCH, training=True,
+                            kind="CPU", saved_model=False)
+    assert result["moved"] == {}
+    device_map = json.loads((tmp_path / "device_map.json").read_text())
+    for v, name in enumerate(graph.names.tolist()):
+        assert device_map[name] == f"/device:CPU:{solution.placement[v]}"
+    # the failure this prevents: the same keys, decoded as if there were no groups
+    free = graph._replace(colocation=np.arange(graph.num_nodes, dtype=np.int32))
+    split, _, _ = decode(np.random.default_rng(0).random(problem.num_genes), free, 2)
+    record["ops"] = {name: dict(record["ops"][name], device=int(split[v]))
+                     for v, name in enumerate(graph.names.tolist())}
+    assert place(train_step, record).moved  # TF would have overridden these

@@ -169,3 +169,82 @@ def test_evaluate_with_byte_counts_beyond_int32():
             assert scores[i] == max(ref["peak"]), (seed, i)
             checked += 1
     assert checked >= 40
+
+
+# ---------------------------------------------------------------------------
+# colocation groups and pins (SIM_RULES 13)
+
+
+def _with_random_constraints(rng, graph, count):
+    """The graph with random colocation groups (about a third of the ops joined) and, half
+    the time, pins on a few of its ops (devices in 0..count-1)."""
+    from regal.graph import with_constraints
+
+    names = graph.names.tolist()
+    n = len(names)
+    colocate = []
+    for _ in range(int(rng.integers(1, max(2, n // 3) + 1))):
+        size = int(rng.integers(2, 5))
+        colocate.append([names[int(v)] for v in rng.choice(n, size=min(size, n), replace=False)])
+    constrained = with_constraints(graph, colocate=colocate if n > 1 else [])
+    pins = {}
+    if rng.random() < 0.5:
+        taken = {}
+        for v in rng.choice(n, size=int(rng.integers(1, min(4, n) + 1)), replace=False):
+            leader = int(constrained.colocation[v])
+            device = taken.setdefault(leader, int(rng.integers(0, count)))
+            pins[names[int(v)]] = device
+    return with_constraints(constrained, pins=pins, num_devices=count)
+
+
+def test_grouped_evaluate_and_decode_agree_with_reference():
+    """Kernel decoding (evaluate) and regal.decode against [R13] reference decoding, on random
+    graphs with groups and pins; the decoded placements respect every group and pin."""
+    from regal.decode import decode
+
+    mismatches, checked, grouped, pinned = [], 0, 0, 0
+    for seed in range(60):
+        case, rng = _case(40_000 + seed)
+        count = case["count"]
+        g = _with_random_constraints(rng, case["graph"], count)
+        grouped += g.has_groups
+        pinned += g.has_pins
+        keys = _population(rng, g.num_nodes, count)
+        devices = _devices(case)
+        placements, _, _ = decode(keys, g, count)
+        for name in ("peak_memory", "makespan"):
+            scores = sim.evaluate(g, devices, keys, name)
+            for i, row in enumerate(keys):
+                placement, priority, transfer = reference_decode(
+                    row, g.num_nodes, count, g.colocation.tolist(), g.pinned.tolist())
+                assert placements[i].tolist() == placement, (seed, i)
+                assert (placements[i] == placements[i][g.colocation]).all()
+                assert ((g.pinned < 0) | (placements[i] == g.pinned)).all()
+                ref = reference_simulate(g, count, case["memory_limit"], case["bandwidth"],
+                                         case["latency"], placement, priority, transfer)
+                want = _ref_objective(ref, case, name)
+                checked += 1
+                if not relative_close(float(scores[i]), want):
+                    mismatches.append(f"seed {40_000 + seed} individual {i} {name}: "
+                                      f"reference {want} compiled {scores[i]}")
+    assert checked == 60 * POPULATION * 2
+    assert grouped >= 50 and pinned >= 15   # the cases do exercise both
+    assert not mismatches, f"{len(mismatches)}/{checked} disagree:\n" + "\n".join(mismatches[:5])
+
+
+def test_grouped_simulate_agrees_with_reference():
+    """simulate() on conforming placements of constrained graphs (the constraints only
+    restrict which placements are allowed; the schedule rules are unchanged)."""
+    for seed in range(100):
+        case, rng = _case(50_000 + seed)
+        count = case["count"]
+        g = _with_random_constraints(rng, case["graph"], count)
+        placement, _, _ = reference_decode(rng.random(g.num_nodes * (count + 2)), g.num_nodes,
+                                           count, g.colocation.tolist(), g.pinned.tolist())
+        ref = reference_simulate(g, count, case["memory_limit"], case["bandwidth"],
+                                 case["latency"], placement, case["priority"],
+                                 case["transfer_priority"])
+        res = sim.simulate(g, _devices(case), placement, case["priority"],
+                           case["transfer_priority"])
+        assert [int(p) for p in res.peak] == ref["peak"], seed
+        assert relative_close(float(res.makespan), ref["makespan"]), seed

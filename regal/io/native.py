@@ -4,6 +4,9 @@ Strings are stored as one UTF-8 blob plus byte offsets (no pickles), and the
 derived adjacency is not stored: loading re-validates everything through
 `build_graph`, so a corrupt or hand-edited file raises `GraphError` naming the
 file rather than handing a broken graph to the simulator.
+
+Versions: 2 added `colocation` and `pinned` (placement constraints, always written);
+version 1 files, which lack them, still read, as graphs without constraints.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from regal.graph import ComputationGraph, GraphError, build_graph
 
 __all__ = ["FORMAT_VERSION", "write_native", "read_native", "graph_to_arrays", "arrays_to_graph"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 _KIND = {  # array -> (numpy kind letters accepted, stored dtype)
     "names_utf8": ("u", np.uint8), "names_offsets": ("iu", np.int64),
     "op_types_utf8": ("u", np.uint8), "op_types_offsets": ("iu", np.int64),
@@ -31,6 +35,10 @@ _KIND = {  # array -> (numpy kind letters accepted, stored dtype)
     "tensor_alias": ("i", np.int32), "input_ptr": ("iu", np.int32),
     "input_tensor": ("iu", np.int32), "control_src": ("iu", np.int32),
     "control_dst": ("iu", np.int32),
+}
+_KIND_V2 = {  # version 2 adds the placement constraints (version 1: none)
+    "colocation": ("iu", np.int32),   # [n] leader (lowest op id) of each op's group
+    "pinned": ("i", np.int32),        # [n] device of each op's group, or -1
 }
 
 
@@ -72,6 +80,7 @@ def graph_to_arrays(graph: ComputationGraph) -> dict[str, np.ndarray]:
         "input_tensor": graph.input_tensor,
         "control_src": graph.control_pred,
         "control_dst": np.repeat(np.arange(n, dtype=np.int32), np.diff(graph.control_ptr)),
+        "colocation": graph.colocation, "pinned": graph.pinned,
     }
 
 
@@ -80,11 +89,12 @@ def arrays_to_graph(arrays) -> ComputationGraph:
     if "format_version" not in arrays:
         raise GraphError("not a REGAL graph file: no 'format_version' array")
     version = np.asarray(arrays["format_version"])
-    if version.shape != () or version.dtype.kind not in "iu" or int(version) != FORMAT_VERSION:
+    if (version.shape != () or version.dtype.kind not in "iu"
+            or int(version) not in _READABLE_VERSIONS):
         raise GraphError(f"unsupported format_version {version.tolist()!r} "
-                         f"(this reader knows {FORMAT_VERSION})")
+                         f"(this reader knows {', '.join(map(str, _READABLE_VERSIONS))})")
     a = {}
-    for field, (kinds, dtype) in _KIND.items():
+    for field, (kinds, dtype) in {**_KIND, **(_KIND_V2 if int(version) >= 2 else {})}.items():
         if field not in arrays:
             raise GraphError(f"missing array {field!r}")
         arr = np.asarray(arrays[field])
@@ -101,6 +111,7 @@ def arrays_to_graph(arrays) -> ComputationGraph:
         tensor_size=a["tensor_size"], tensor_alias=a["tensor_alias"],
         input_ptr=a["input_ptr"], input_tensor=a["input_tensor"],
         control_src=a["control_src"], control_dst=a["control_dst"],
+        colocation=a.get("colocation"), pinned=a.get("pinned"),
     )
 
 

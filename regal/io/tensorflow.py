@@ -57,6 +57,14 @@ Choices worth knowing:
   TF's allocator); the depthwise family and FusedBatchNormGradV3 took 64 B..60 KB, so
   those stay 0. On a GPU the analogue is cuDNN's workspace, which depends on the
   algorithm cuDNN picks and is not modelled.
+* Colocation (`colocation_pairs`): the groups TensorFlow's placer (colocation_graph.cc)
+  forces on the imported ops become the graph's colocation groups, so every placement
+  the optimizers produce is one TensorFlow runs as given: an op joins the producer of
+  each input of resource or reference dtype (a VarHandleOp with every ReadVariableOp,
+  AssignVariableOp, ResourceApply* and Identity of its handle; a VariableV2 with its
+  `read` Identity and Assign/Apply ops), and every op with a `_class` attribute
+  `loc:@NAME` joins NAME when NAME is imported. Function-call ops, which TF exempts from
+  resource-input colocation, stay single ops here (inlined sources have none).
 * Control flow: If/While/Case stay single ordinary ops (their bodies are not expanded; the
   cost estimate ignores them); `import_model` warns when it sees one.
 * Training graphs: loss = sum over float outputs of mean(square(output)), gradients with
@@ -92,7 +100,7 @@ import tensorflow as tf  # noqa: E402
 
 from regal.graph import ComputationGraph, GraphBuilder, GraphError  # noqa: E402
 
-__all__ = ["import_model", "import_step", "resolve_model", "with_forwarding",
+__all__ = ["import_model", "import_step", "resolve_model", "with_forwarding", "colocation_pairs",
            "conv2d_backprop_filter_scratch", "conv2d_backprop_input_scratch", "ImportedStep", "FORWARDING_OPS",
            "FLOPS_PER_US", "BYTES_PER_US", "LAUNCH_US"]
 
@@ -733,10 +741,44 @@ def with_forwarding(graph: ComputationGraph, held=()) -> ComputationGraph:
     return graph._replace(tensor_alias=alias)
 
 
+# ops TensorFlow's placer exempts from colocation with their resource inputs
+# (IsExemptFromResourceInputColocation: function calls run their body's placement)
+_RESOURCE_EXEMPT = _CALL_OPS | {"ReduceDataset", "ExperimentalScanDataset", "ScanDataset"}
+
+
+def colocation_pairs(ops: list) -> list[tuple[int, int]]:
+    """(i, j) index pairs of `ops` that TensorFlow's placer puts on one device.
+
+    An op and the producer of each of its inputs of resource or reference dtype; an op
+    and every op its `_class` attribute names as `loc:@NAME` (when NAME is in `ops`).
+    `regal.graph.group_leaders` turns them into groups; the importer and `regal.measure`
+    share this one definition.
+    """
+    index = {op.name: i for i, op in enumerate(ops)}
+    pairs = []
+    for i, op in enumerate(ops):
+        if op.type not in _RESOURCE_EXEMPT:
+            for t in op.inputs:
+                resource = t.dtype == tf.resource or t.dtype._is_ref_dtype  # noqa: SLF001
+                if resource and t.op.name in index:
+                    pairs.append((i, index[t.op.name]))
+        try:
+            classes = op.get_attr("_class")
+        except ValueError:
+            classes = []
+        for c in classes:
+            name = c.decode() if isinstance(c, bytes) else str(c)
+            if name.startswith("loc:@") and name[5:] in index:
+                pairs.append((i, index[name[5:]]))
+    return pairs
+
+
 def _static_graph(ops: list, fetches=(), *, forwarding: bool = True,
                   kernel_scratch: bool = True) -> ComputationGraph:
     builder = GraphBuilder()
     ids = {op.name: builder.add_op(op.name, 0.0, op_type=op.type) for op in ops}
+    for a, b in colocation_pairs(ops):
+        builder.colocate(a, b)
     costs = {}
     persistent = _variable_owners(ops)  # each variable once, on the first op reading it
     for op in ops:
@@ -841,14 +883,21 @@ def _run_cost_graph(step: _Step, ops: list, *, seed: int, grappler: bool,
 
 
 def _with_variable_memory(graph: ComputationGraph, ops: list) -> ComputationGraph:
-    """Charges each variable's bytes to its first reader (or itself) in a measured graph."""
+    """Charges each variable's bytes to its first reader (or itself) in a measured graph,
+    and gives it the colocation groups of the ops it shares by name with the step."""
+    from regal.graph import group_leaders
+
     index = {name: i for i, name in enumerate(graph.names.tolist())}
     persistent = graph.persistent_memory.copy()
     for owner, nbytes in _variable_owners(ops).items():
         if owner in index:
             persistent[index[owner]] += nbytes
     persistent.setflags(write=False)
-    return graph._replace(persistent_memory=persistent)
+    pairs = [(index[ops[a].name], index[ops[b].name]) for a, b in colocation_pairs(ops)
+             if ops[a].name in index and ops[b].name in index]
+    leaders = group_leaders(graph.num_nodes, pairs)
+    leaders.setflags(write=False)
+    return graph._replace(persistent_memory=persistent, colocation=leaders)
 
 
 def _variable_owners(ops: list) -> dict[str, int]:

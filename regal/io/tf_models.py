@@ -144,9 +144,12 @@ def write_real_readme(out_dir: str | os.PathLike, readme: str | os.PathLike) -> 
         s = summarize(graph)
         total_size += path.stat().st_size
         aliased = int((graph.tensor_alias >= 0).sum())
+        groups = graph.groups()
+        grouped = sum(len(m) for m in groups.values())
         rows.append(f"| `{path.name}` | {s['ops']:,} | {s['tensors']:,} | {s['total bytes']:,} | "
                     f"{aliased:,} | {s['persistent bytes']:,} | "
-                    f"{int(graph.temporary_memory.sum()):,} | {s['depth']:,} |")
+                    f"{int(graph.temporary_memory.sum()):,} | {s['depth']:,} | "
+                    f"{len(groups):,} ({grouped:,} ops) |")
     text = _README.format(rows="\n".join(rows), count=len(rows),
                           size=f"{total_size / 2**20:.1f} MiB", seq=SEQ_LEN, vocab=VOCAB,
                           d=D_MODEL, heads=HEADS, ff=D_FF, layers=LAYERS)
@@ -185,10 +188,12 @@ filter gradient independent of the batch); both corrections were checked against
 measured runs (`experiments/results/sim_vs_measured_cpu.md`).
 "tensor bytes" sums every op output, including outputs that alias their input (which the
 simulator does not allocate twice); "aliased" counts those outputs and "scratch bytes"
-sums the ops' temporary memory.
+sums the ops' temporary memory. "colocation groups" counts the groups of two or more ops
+that TensorFlow's placer keeps on one device (a variable with every op that reads or
+updates it, `_class` colocation), and the ops in them; every placement respects them.
 
-| graph file | ops | tensors | tensor bytes | aliased | persistent bytes | scratch bytes | depth |
-| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+| graph file | ops | tensors | tensor bytes | aliased | persistent bytes | scratch bytes | depth | colocation groups |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
 {rows}
 
 Rebuild everything: `rm data/real/*.npz && regal data real --out data/real`

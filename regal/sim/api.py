@@ -142,10 +142,24 @@ def _check_priority(name: str, values, n: int) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+def _check_constraints(graph, dev: np.ndarray, d: int) -> None:
+    """SIM_RULES 13: pins within 0..d-1; every op on its group leader's device and its pin."""
+    from regal.decode import colocation_violation
+    from regal.graph import check_pins
+
+    if not graph.constrained:
+        return
+    check_pins(graph.names, graph.pinned, d)
+    bad = colocation_violation(graph, dev)
+    if bad is not None:
+        raise ValueError(f"placement: {bad[1]}")
+
+
 def _run_one(graph, devices, placement, priority, transfer_priority, record: bool):
     devices = _check_devices(devices)
     n, d = graph.num_nodes, devices.count
     dev = _check_placement(placement, n, d)
+    _check_constraints(graph, dev, d)
     prio = _check_priority("priority", priority, n)
     tprio = _check_priority("transfer_priority", transfer_priority, n)
     static = _prepared(graph, devices)
@@ -188,7 +202,7 @@ def trace(graph, devices: DeviceSpec, placement, priority, transfer_priority) ->
 
 def evaluate(graph, devices: DeviceSpec, keys, objective: str = "peak_memory",
              threads: int | None = None, return_details: bool = False):
-    """Objective of every chromosome in `keys` [population, n*(d+2)] (SIM_RULES 12).
+    """Objective of every chromosome in `keys` [population, n*(d+2)] (SIM_RULES 12-13).
 
     Decoding and simulation run compiled, in parallel over `threads` (default: numba's
     current thread count). With `return_details`, also returns peaks [pop, d] and makespans.
@@ -215,13 +229,21 @@ def evaluate(graph, devices: DeviceSpec, keys, objective: str = "peak_memory",
     pop = keys.shape[0]
     peaks = np.empty((pop, d), dtype=np.int64)
     makespans = np.empty(pop, dtype=np.float64)
+    constrained = graph.constrained
+    if constrained:
+        from regal.graph import check_pins
+        check_pins(graph.names, graph.pinned, d)
     if pop:
         static = _prepared(graph, devices)
         previous = numba.get_num_threads()
         use = previous if threads is None else int(threads)
         numba.set_num_threads(use)
         try:
-            kernel.evaluate_batch(static, d, keys, min(pop, use), peaks, makespans)
+            if constrained:  # SIM_RULES 13: groups decided by their leader's row or pin
+                kernel.evaluate_batch_grouped(static, graph.colocation, graph.pinned, d, keys,
+                                              min(pop, use), peaks, makespans)
+            else:
+                kernel.evaluate_batch(static, d, keys, min(pop, use), peaks, makespans)
         finally:
             numba.set_num_threads(previous)
         if (makespans < 0).any():

@@ -4,6 +4,9 @@
 O((n + e + transfers) log n + n d) time using per-thread work arrays that are allocated once
 (`_alloc_work`) and reset in place, so evaluating a population allocates nothing per
 individual. Everything is `cache=True`, so a second process loads machine code from disk.
+`evaluate_batch_grouped` is `evaluate_batch` for graphs with colocation groups or pins
+(SIM_RULES 13: a group's device is its pin or comes from its leader's keys), a separate entry
+point so that the unconstrained path stays exactly as it was.
 
 Per individual:
   * per device, its ready ops, ordered by (priority desc, op id asc): a list kept sorted by
@@ -666,6 +669,28 @@ def _decode_placement(row, n, d, dev):
         dev[_u(v)] = best
 
 
+@njit(cache=True, inline="always")
+def _decode_grouped(row, n, d, leader, pin, dev):
+    """SIM_RULES 13: a group's device is its pin, else the argmax of its leader's row (ties
+    to the lower k); members take it. The leader is the group's lowest id, so one pass in id
+    order decides each leader before any member reads it."""
+    for v in range(n):
+        L = leader[_u(v)]
+        if L != v:
+            dev[_u(v)] = dev[_u(L)]
+        elif pin[_u(v)] >= 0:
+            dev[_u(v)] = pin[_u(v)]
+        else:
+            base = v * d
+            best = 0
+            best_key = row[_u(base)]
+            for k in range(1, d):
+                if row[_u(base + k)] > best_key:
+                    best_key = row[_u(base + k)]
+                    best = k
+            dev[_u(v)] = best
+
+
 @njit(cache=True)
 def simulate_one(S, d, dev, prio, tprio, trace):
     """One individual; returns (makespan, peak, work arrays) -- the work holds the trace."""
@@ -692,5 +717,24 @@ def evaluate_batch(S, d, keys, chunks, peaks, makespans):
         for i in range(lo, hi):
             row = keys[i]
             _decode_placement(row, n, d, dev)
+            makespans[i] = _run(S, d, dev, row[n * d:n * d + n], row[n * d + n:n * d + 2 * n],
+                                W, peaks[i])
+
+
+@njit(cache=True, parallel=True)
+def evaluate_batch_grouped(S, leader, pin, d, keys, chunks, peaks, makespans):
+    """`evaluate_batch` for a graph with colocation groups or pins (SIM_RULES 13): `leader`
+    [n] int32 is each op's group leader, `pin` [n] int32 its group's device or -1. A separate
+    entry point, so the unconstrained path stays exactly as it was."""
+    n = S[0].shape[0]
+    pop = keys.shape[0]
+    for c in prange(chunks):
+        lo = c * pop // chunks
+        hi = (c + 1) * pop // chunks
+        W = _alloc_work(S, d, False)
+        dev = W[W_DEV]
+        for i in range(lo, hi):
+            row = keys[i]
+            _decode_grouped(row, n, d, leader, pin, dev)
             makespans[i] = _run(S, d, dev, row[n * d:n * d + n], row[n * d + n:n * d + 2 * n],
                                 W, peaks[i])
