@@ -447,11 +447,13 @@ def _graph_files(paths: Iterable) -> list[Path]:
 
 def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
                 objective: str = "peak_memory", memory_limit=None,
-                time_per_graph: float = 60.0, seed: int = 0, workers: int | None = None,
+                time_per_graph: float = 60.0, time_per_kop: float = 0.0, seed: int = 0,
+                workers: int | None = None,
                 ray: bool = False, progress: bool = True,
                 on_chunk: Callable[[dict], None] | None = None) -> BuildSummary:
-    """Spends up to `time_per_graph` seconds of portfolio time on every (graph, devices),
-    minus what the store records as already spent, and keeps the store monotone.
+    """Spends up to `time_per_graph` CPU seconds, plus `time_per_kop` per 1,000 ops, of
+    portfolio time on every (graph, devices), minus what the store records as already spent,
+    and keeps the store monotone (a large graph evaluates slowly, so it needs more time).
 
     Work is cut into chunks of at most `_CHUNK_SECONDS`; the parent writes after each, so a
     killed build resumes with at most one chunk per worker lost."""
@@ -466,6 +468,9 @@ def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
     if not (time_per_graph > 0 and math.isfinite(time_per_graph)):
         raise ValueError(f"time-per-graph: expected a positive number of seconds, "
                          f"got {time_per_graph}")
+    if not (time_per_kop >= 0 and math.isfinite(time_per_kop)):
+        raise ValueError(f"time-per-kop: expected a non-negative number of seconds, "
+                         f"got {time_per_kop}")
     if workers is not None and workers < 1:
         raise ValueError(f"workers: expected a positive count, got {workers}")
     files = _graph_files(graphs)
@@ -483,7 +488,8 @@ def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
                     else tuple(int(x) for x in memory_limit)
             key = entry_key(fingerprint, d, limit, objective)
             summary.keys += 1
-            owed = time_per_graph - store.effort.get(key, 0.0)
+            owed = (time_per_graph + time_per_kop * graph.num_nodes / 1000.0
+                    - store.effort.get(key, 0.0))
             if owed < 1.0:
                 summary.skipped += 1
                 continue
