@@ -1,9 +1,53 @@
-"""CP-SAT baseline: an exact constraint model of placement, per-device order and memory.
+"""CP-SAT baseline: an exact constraint model of placement, per-device order and memory,
+hinted with the best cheap heuristic.
 
-Why: on small graphs it gives proven optima (a yardstick for every heuristic); on larger ones
-it is the "exact solver under a time limit" baseline of the REGAL paper (its answer re-scored
-by the simulator). It does not call the performance model: `evaluations` is 1 (the final
-scoring) and its time limit is recorded in `Solution.extra`.
+Why: on small graphs it gives proven optima and lower bounds (a yardstick for every
+heuristic); on larger ones it is the "exact solver under a time limit" baseline of the REGAL
+paper. Its answer is never worse than the hint, because both are re-scored by the simulator
+and the better one is returned.
+
+What `solve` does
+-----------------
+1. The hint: single device, m-topo, gp-dfs, m-etf (graphs up to `_METF_MAX_OPS` ops) and a
+   short BRKGA (at most `_HINT_BRKGA_MAX` evaluations, warm-started with the others), all
+   through the registry; the best by the simulator's value. Every evaluation they make is
+   counted in `evaluations`, as are the trace of the hint and the scoring of CP-SAT's
+   answer (never more than `budget`; with `budget` <= 2 there is no hint).
+2. The model (below), unless it is too large: above `_UNITS_PER_SECOND` x `time_limit`
+   units (`_model_units`: (tensors + consumer edges) x devices), or `_MAX_UNITS`, building it
+   alone would outlast the limit and its presolve the rest, so the hint is returned with
+   status "HINT" and `extra["model_skipped"]` says why; so does a wall-clock run whose
+   heuristics left less time than the build needs. On data/real with a 5 s limit the model
+   is built for 4 graphs at 2 devices and 2 at 4 (120-400 ops; experiments/cpsat_check.py).
+3. The hint enters the model complete: its simulated schedule, serialised by start time
+   (peak mode) or replayed with the model's durations (makespan mode), fixed in a copy of
+   the model that CP-SAT completes by propagation; that full assignment is the hint.
+4. CP-SAT's answer, turned into priorities (earlier start = higher priority; a producer's
+   transfer priority follows its earliest transfer), is re-scored; the better of it and the
+   hint is returned (ties: the hint).
+
+`Solution.extra`: `status` is "OPTIMAL" / "FEASIBLE" (CP-SAT's answer is returned; its model
+proved optimal or not), "HINT" (the hint is returned: CP-SAT found nothing better in the
+simulator's score, found nothing, or did not run) or "INFEASIBLE" (the model proves the
+memory limits cannot be met; the answer is the least-memory one). `solver_status` is
+CP-SAT's own; `model_objective` its incumbent's objective in the model (bytes or µs),
+`cpsat_value` that incumbent re-scored by the simulator, `hint_value`/`hint_method` the
+hint's, `heuristics` every heuristic's value; `bound` a proven lower bound on the
+simulator's objective, or None (below); `stopped_by` "proof", "deterministic_time" or
+"wall_clock".
+
+Time limit
+----------
+`time_limit` is wall-clock seconds for the whole call: the heuristics get up to
+`_HEURISTIC_SHARE` of it, or 80 % when the model is skipped (BRKGA's evaluations are cut
+to fit, at the pace of a first evaluation); CP-SAT stops at the deadline, and gets at least
+`_MIN_SOLVE` of the limit once its model is built (so a call overruns by at most that, plus
+the build, the hint's completion and heuristics that cannot be interrupted; on a loaded
+machine the 5 s runs of experiments/cpsat_check.py took up to 14 s, 20 s runs 20.4-20.8 s).
+Deterministic time (the same number) also stops CP-SAT, but on a loaded machine the wall
+clock comes first, so two runs may differ. `reproducible=True`
+makes `time_limit` CP-SAT deterministic time only (a wall-clock guard at 3 x + 10 s) and
+gives BRKGA its full share: a seed then always gives the same answer, whatever the load.
 
 The model (what its optimum means)
 ----------------------------------
@@ -11,7 +55,9 @@ Activities are the ops and the transfers. A transfer `(T, k)` exists iff some co
 tensor `T` is on device `k` and `T`'s producer is not. Every activity has a start time and a
 duration of at least one tick (see the objectives). Constraints:
 
-- each op is on exactly one device; ops on one device do not overlap;
+- each op is on exactly one device; ops on one device do not overlap; ops of a colocation
+  group share their leader's device and a pinned op is on its device (`graph.colocation`,
+  `graph.pinned`, when the graph has them);
 - an op starts after every predecessor (data or control) ends; a consumer on `k` of a tensor
   produced elsewhere starts after the transfer `(T, k)` ends, which starts after the producer
   ends; transfers on one (src, dst) link do not overlap;
@@ -41,27 +87,46 @@ duration of at least one tick (see the objectives). Constraints:
   ops still occupy their memory for an instant). If the limits cannot be met, the model is
   re-solved for `peak_memory` and `status` says "INFEASIBLE".
 
-Any list schedule of the simulator is a schedule of this model with the same memory or more
-at every allocation, so for peak memory the model's optimum is a lower bound on the
-simulator's (the tests check this on tiny graphs, too).
+The model's objective against the simulator's (why they differ)
+---------------------------------------------------------------
+Peak memory: the model is a relaxation. Any simulated schedule, serialised by start time
+(ties: the simulator's event order), is a model sequence whose memory at each allocation is
+at most the simulator's (an activity that started earlier counts as finished, so at most
+fewer items are live), and it has the same memory in the model's units: every byte count is
+a multiple of the gcd unit, divided exactly. Canonical relabelling (below) is applied only
+where devices are interchangeable (equal limits, no pins), and the model's memory does not
+depend on device labels (the simulator's tie-breaks by device index play no part in it).
+Hence: model optimum <= simulated optimum <= any re-score, so CP-SAT's best bound is a proven
+lower bound (`extra["bound"]`, never below `closed_form_bound`; `lower_bound()` exposes it).
+A re-score is usually above `model_objective`: the simulator runs devices in parallel, so
+allocations on one device overlap work that the model's sequence had finished.
+
+Makespan under limits: the model is not the list scheduler. Its start times are free, so it
+may keep a device idle while an op is ready, e.g. to let memory be freed first; the
+simulator starts the ready op, so the replay can take longer (model 21 µs, re-score 24 µs) or
+break a limit the model met (tests/test_cpsat.py: model OPTIMAL at 26 µs, re-score 11 bytes
+over). Priorities cannot forbid a list scheduler to start a ready op, so no conversion
+reproduces every model schedule. Rounded durations (zero-cost ops take a tick) also let
+the re-score come out below the model's objective. What is guaranteed instead: the answer is
+the better of CP-SAT's and the hint's by the simulator, so a feasible hint is never replaced
+by an infeasible answer; `model_objective` and `cpsat_value` are both in `extra`. The
+makespan model's bound is a proven bound (`extra["bound"]`) only when every duration is a
+positive multiple of the tick (then every feasible list schedule is a model schedule);
+otherwise it is `extra["model_bound"]`, for information. Model infeasibility is always a
+proof: a serialised feasible schedule would fit the model's horizon and limits.
 
 Two formulations of the peak-memory model: `sequence` (small graphs; activities x tensors
 below `_SEQUENCE_MAX`) writes device k's memory during activity b as a sum of boolean
 "item i is live at b" literals over pairwise order literals, which CP-SAT's clause learning
 proves quickly; `cumulative` (larger graphs, and the makespan mode) uses optional intervals
-and one cumulative constraint per device, whose size is linear in the graph. Redundant
-bounds: the peak covers every op's inputs + outputs + temporaries and every device's
-persistent memory + unconsumed outputs.
+and one cumulative constraint per device, whose size is linear in the graph (its presolve
+skips probing, which costs seconds before the hint is even reported). Redundant bounds: the
+peak covers every op's inputs + outputs + temporaries and every device's persistent memory
++ unconsumed outputs.
 
-Symmetric devices (same limits) are interchangeable, so the op at topological position `i`
-may only use devices `0..i` (a canonical relabelling). The start times become priorities
-(earlier start = higher priority; a transfer's earliest start gives its producer's transfer
-priority) and the simulator scores the result.
-
-`time_limit` is CP-SAT deterministic time (about CPU seconds, but reproducible), so a seed
-always gives the same answer; one worker by default. A wall-clock cap of 10 x the limit
-+ 30 s guards against a runaway. Without an incumbent (status UNKNOWN) the answer is the
-hint: every op on device 0 in topological order.
+Symmetric devices (same limits, no pins) are interchangeable, so the op at topological
+position `i` may only use devices `0..i` (a canonical relabelling; the hint is relabelled
+to match). One worker by default.
 """
 
 from __future__ import annotations
@@ -75,7 +140,8 @@ from ortools.sat.python import cp_model
 
 from regal.optimizers import Problem, Solution, score
 
-__all__ = ["solve", "build_model", "CpModelHandles"]
+__all__ = ["solve", "lower_bound", "closed_form_bound", "best_heuristic", "build_model",
+           "build_sequence_model", "CpModelHandles"]
 
 _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
            cp_model.INFEASIBLE: "INFEASIBLE", cp_model.MODEL_INVALID: "MODEL_INVALID",
@@ -97,6 +163,7 @@ class CpModelHandles:
     target: cp_model.IntVar  # objective variable (peak in memory units, or makespan ticks)
     memory_unit: int     # bytes per memory unit of the model
     tick: float          # µs per tick (makespan mode)
+    formulation: str = "cumulative"  # or "sequence" (build_sequence_model)
 
 
 def _unique_consumers(graph) -> list[np.ndarray]:
@@ -137,9 +204,23 @@ def _durations(problem: Problem, sequential: bool) -> tuple[np.ndarray, np.ndarr
     return as_ticks(op), as_ticks(tr), tick
 
 
+def _colocation(graph) -> tuple[np.ndarray, np.ndarray]:
+    """(leader of each op's colocation group, pinned device or -1); free ops if the graph
+    predates placement constraints."""
+    n = graph.num_nodes
+    leader = getattr(graph, "colocation", None)
+    pinned = getattr(graph, "pinned", None)
+    leader = np.arange(n) if leader is None else np.asarray(leader, np.int64)
+    pinned = np.full(n, -1) if pinned is None else np.asarray(pinned, np.int64)
+    return leader, pinned
+
+
 def _symmetric(problem: Problem) -> bool:
+    """Devices are interchangeable: equal limits and no op pinned to a device."""
     limits = problem.devices.limits
-    return limits is None or bool(np.all(limits == limits[0]))
+    if limits is not None and not bool(np.all(limits == limits[0])):
+        return False
+    return not bool((_colocation(problem.graph)[1] >= 0).any())
 
 
 def build_model(problem: Problem) -> CpModelHandles:
@@ -333,6 +414,19 @@ def _placement_vars(m: cp_model.CpModel, problem: Problem) -> list:
     x = [[m.new_bool_var(f"x{v}_{k}") for k in range(d)] for v in range(n)]
     for v in range(n):
         m.add_exactly_one(x[v])
+    # colocation groups share their leader's device; pins fix it
+    leader, pinned = _colocation(graph)
+    for v in range(n):
+        if leader[v] != v:
+            for k in range(d):
+                m.add(x[v][k] == x[int(leader[v])][k])
+        if pinned[v] >= d:
+            raise ValueError(f"op {str(graph.names[v])!r}: pinned to device {pinned[v]}, "
+                             f"outside 0..{d - 1}")
+        if pinned[v] >= 0:
+            m.add(x[v][int(pinned[v])] == 1)
+    # canonical relabelling of interchangeable devices (groups keep it valid: a relabelling
+    # moves a whole group together)
     if _symmetric(problem):
         for pos, v in enumerate(graph.topo_order):
             for k in range(pos + 1, d):
@@ -507,7 +601,7 @@ def build_sequence_model(problem: Problem) -> CpModelHandles:
     m.minimize(peak)
     return CpModelHandles(model=m, objective="peak_memory", x=x, start=start,
                           transfer_start=tr_start, transfer_present=tr_present, target=peak,
-                          memory_unit=unit, tick=1.0)
+                          memory_unit=unit, tick=1.0, formulation="sequence")
 
 
 def _final_state_bound(m, peak, persistent, x, graph, size, d: int) -> None:
@@ -520,8 +614,9 @@ def _final_state_bound(m, peak, persistent, x, graph, size, d: int) -> None:
                                           for t in forever))
 
 
-def _hint(handles: CpModelHandles, graph, sequential: bool, op_ticks) -> None:
-    """A feasible start: everything on device 0, one op at a time in topological order."""
+def _default_hint(handles: CpModelHandles, graph, sequential: bool, op_ticks) -> None:
+    """A partial hint when no heuristic could be scored (a tiny budget): every op on device
+    0, one at a time in topological order."""
     m = handles.model
     clock = 0
     for v in graph.topo_order:
@@ -533,13 +628,232 @@ def _hint(handles: CpModelHandles, graph, sequential: bool, op_ticks) -> None:
         clock += 1 if sequential else int(op_ticks[v])
 
 
-def _solve_model(handles: CpModelHandles, time_limit: float, seed: int, num_workers: int):
+# ---------------------------------------------------------------------------
+# the hint: the best cheap heuristic by the simulator's score
+
+_HINT_BRKGA_MAX = 1000   # evaluations a hint's BRKGA may spend at most
+_METF_MAX_OPS = 1000     # m-ETF's time grows about quadratically (~8 s at 2,900 ops)
+_RESERVED = 2            # evaluations kept back: tracing the hint, scoring CP-SAT's answer
+_HEURISTIC_SHARE = 0.4   # of the time limit, for the heuristics (wall-clock mode)
+
+
+def best_heuristic(problem: Problem, budget: int, seed: int, seconds: float | None = None
+                   ) -> tuple[Solution | None, int, dict]:
+    """The best (simulator's value) of single device, gp-dfs, m-topo, m-etf (up to
+    `_METF_MAX_OPS` ops) and a short BRKGA warm-started with them, spending at most `budget`
+    evaluations; with `seconds`, BRKGA gets only the evaluations that fit in that time at
+    the pace of the first one (a time-dependent count, so not with `reproducible`).
+
+    Returns (best or None when the budget allowed none, evaluations used, name -> value).
+    Other methods run through the registry (baselines never import each other).
+    """
+    from regal.optimizers import single_device
+    from regal.optimizers import solve as run_method
+
+    found: list[Solution] = []
+    used = 0
+    values: dict = {}
+
+    def keep(name: str, solution: Solution, cost: int) -> None:
+        nonlocal used
+        used += cost
+        values[name] = float(solution.value)
+        found.append(solution)
+
+    began = time.perf_counter()
+    pace = math.inf  # seconds per evaluation: the quickest one-evaluation heuristic's time
+    if budget >= 1:
+        keep("single-device", single_device(problem), 1)
+        pace = time.perf_counter() - began
+    runs = ["m-topo", "gp-dfs"] + (["m-etf"] if problem.graph.num_nodes <= _METF_MAX_OPS
+                                   else [])
+    for name in runs:
+        if used + 1 > budget:
+            break
+        clock = time.perf_counter()
+        solution = run_method(name, problem, 1, seed)
+        pace = min(pace, time.perf_counter() - clock) if name == "m-topo" else pace
+        keep(name, solution, max(1, int(solution.evaluations)))
+    share = min(budget - used, _HINT_BRKGA_MAX)
+    if seconds is not None:
+        left = seconds - (time.perf_counter() - began)
+        share = min(share, int(max(left, 0.0) / max(pace, 1e-6))) if pace < math.inf else 0
+    if share >= 10:
+        solution = run_method("brkga", problem, share, seed, population_size=min(100, share),
+                              initial=list(found))
+        keep("brkga", solution, int(solution.evaluations))
+    leader, pinned = _colocation(problem.graph)
+    found = [s for s in found if _respects(s.placement, leader, pinned)]
+    if not found:
+        return None, used, values
+    best = min(found, key=lambda s: s.value)  # ties: the earlier, cheaper method
+    return best, used, values
+
+
+def _respects(placement: np.ndarray, leader: np.ndarray, pinned: np.ndarray) -> bool:
+    """Whether a placement keeps every colocation group together and every pin."""
+    placement = np.asarray(placement)
+    return bool(np.all(placement == placement[leader])
+                and np.all((pinned < 0) | (placement == pinned)))
+
+
+def _canonical_labels(placement: np.ndarray, graph, d: int) -> np.ndarray:
+    """old device -> new device, numbering devices by first use along the topological
+    order (the canonical labelling the model requires of interchangeable devices)."""
+    relabel = np.full(d, -1, np.int64)
+    nxt = 0
+    for v in graph.topo_order:
+        k = int(placement[v])
+        if relabel[k] < 0:
+            relabel[k], nxt = nxt, nxt + 1
+    for k in range(d):
+        if relabel[k] < 0:
+            relabel[k], nxt = nxt, nxt + 1
+    return relabel
+
+
+def _schedule_of(problem: Problem, handles: CpModelHandles, sim_trace, relabel: np.ndarray,
+                 sequential: bool) -> tuple[dict, dict]:
+    """Model start times (ops, present transfers) that follow a simulated schedule.
+
+    Activities keep the simulator's start order (ties: producers before their transfers
+    before consumers). Peak mode gives them consecutive slots; makespan mode starts each as
+    early as its predecessors and its device or channel allow with the model's durations, so
+    precedence and no-overlap hold (memory limits may not, with rounded durations).
+    """
+    graph = problem.graph
+    n = graph.num_nodes
+    producer = graph.tensor_producer
+    position = np.empty(n, np.int64)
+    position[graph.topo_order] = np.arange(n)
+    placement = relabel[np.asarray(sim_trace.op_device)]
+    events = [(float(sim_trace.op_start[v]), 2 * int(position[v]), v) for v in range(n)]
+    for i, t in enumerate(sim_trace.transfer_tensor):
+        key = (int(t), int(relabel[sim_trace.transfer_dst[i]]))
+        if key in handles.transfer_start:
+            events.append((float(sim_trace.transfer_start[i]),
+                           2 * int(position[producer[key[0]]]) + 1, key))
+    events.sort(key=lambda e: (e[0], e[1]))
+    op_start: dict = {}
+    transfer_start: dict = {}
+    if sequential:
+        for slot, (_, _, key) in enumerate(events):
+            (transfer_start if isinstance(key, tuple) else op_start)[key] = slot
+        return op_start, transfer_start
+    op_ticks, tr_ticks, _ = _durations(problem, False)
+    op_end: dict = {}
+    transfer_end: dict = {}
+    device_free = np.zeros(problem.devices.count, np.int64)
+    channel_free: dict = {}
+    for _, _, key in events:
+        if isinstance(key, tuple):
+            t, k = key
+            p = int(producer[t])
+            channel = (int(placement[p]), k)
+            begin = max(op_end[p], channel_free.get(channel, 0))
+            transfer_start[key] = begin
+            transfer_end[key] = channel_free[channel] = begin + int(tr_ticks[t])
+            continue
+        v, k = key, int(placement[key])
+        ready = max([op_end[int(u)] for u in graph.predecessors(v)], default=0)
+        for t in set(int(t) for t in graph.inputs(v)):
+            if int(placement[producer[t]]) != k:
+                ready = max(ready, transfer_end[t, k])
+        op_start[v] = max(ready, int(device_free[k]))
+        op_end[v] = device_free[k] = op_start[v] + int(op_ticks[v])
+    return op_start, transfer_start
+
+
+def _complete(handles: CpModelHandles, fixed: dict, time_limit: float, wall: float,
+              seed: int) -> tuple[cp_model.CpSolver | None, float]:
+    """Solves a copy of the model with `fixed` variables (var -> value) up to a first
+    solution: (the solver, or None when it found none in time; deterministic time used)."""
+    copy = handles.model.clone()
+    for var, value in fixed.items():
+        copy.add(copy.get_int_var_from_proto_index(var.index) == int(value))
+    solver = cp_model.CpSolver()
+    params = solver.parameters
+    params.max_deterministic_time = float(time_limit)
+    params.max_time_in_seconds = max(float(wall), 0.01)
+    params.stop_after_first_solution = True
+    params.num_workers = 1
+    params.random_seed = int(seed) % (2**31)
+    status = solver.solve(copy)
+    found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    return (solver if found else None), float(solver.deterministic_time)
+
+
+def _add_hint(handles: CpModelHandles, problem: Problem, hint: Solution, sim_trace,
+              time_limit: float, wall: float, seed: int) -> tuple[float | None, float]:
+    """Hints every model variable with the hint's placement and schedule.
+
+    CP-SAT uses a hint best when it is complete and feasible, so a copy of the model with
+    the placement (canonically relabelled) and the start times fixed is solved to its
+    first solution (propagation only), and that solution becomes the hint; if the rounded
+    durations break a memory limit, the start times are left free. Returns (the hint's
+    model objective, in the model's units, or None; deterministic time used).
+    """
+    graph, d = problem.graph, problem.devices.count
+    sequential = handles.objective == "peak_memory"
+    relabel = _canonical_labels(hint.placement, graph, d) if _symmetric(problem) \
+        else np.arange(d)
+    placement = relabel[hint.placement]
+    op_start, transfer_start = _schedule_of(problem, handles, sim_trace, relabel, sequential)
+    fixed = {}
+    if d > 1:
+        for v in range(graph.num_nodes):
+            for k in range(d):
+                fixed[handles.x[v][k]] = int(placement[v] == k)
+    placed = dict(fixed)
+    for v, begin in op_start.items():
+        fixed[handles.start[v]] = begin
+    for key, begin in transfer_start.items():
+        fixed[handles.transfer_start[key]] = begin
+    solver, used = _complete(handles, fixed, time_limit, wall, seed)
+    if solver is None and placed:
+        solver, more = _complete(handles, placed, time_limit, wall, seed)
+        used += more
+    model = handles.model
+    if solver is None:  # a partial hint: the placement and the start times
+        for var, value in fixed.items():
+            model.add_hint(var, value)
+        return None, used
+    model.clear_hints()
+    for i, value in enumerate(solver.response_proto.solution):
+        model.add_hint(model.get_int_var_from_proto_index(i), value)
+    return float(solver.objective_value), used
+
+
+# ---------------------------------------------------------------------------
+# solving
+
+_UNITS_PER_SECOND = 400    # model size (`_model_units`) that may be built per second of limit
+_MAX_UNITS = 60_000         # never build a larger model (its presolve alone outlasts a minute)
+_MIN_SOLVE = 0.1            # share of the time limit CP-SAT gets even when the rest is spent
+
+
+def _model_units(problem: Problem) -> int:
+    """(tensors + consumer edges) x devices: what the model's size and build time grow with
+    (0.2 ms of Python per unit to build on an idle core, 1.3 ms on a loaded one; ~10
+    constraints per unit)."""
+    graph = problem.graph
+    return (graph.num_tensors + int(graph.consumer_ptr[-1])) * problem.devices.count
+
+
+def _model_fits(problem: Problem, time_limit: float) -> bool:
+    return _model_units(problem) <= min(_MAX_UNITS, _UNITS_PER_SECOND * time_limit)
+
+
+def _solve_model(handles: CpModelHandles, deterministic: float, wall: float, seed: int,
+                 num_workers: int):
     solver = cp_model.CpSolver()
     p = solver.parameters
-    # deterministic time bounds the search so that a seed gives one answer; the wall-clock
-    # cap only guards against deterministic time running much slower than real time
-    p.max_deterministic_time = float(time_limit)
-    p.max_time_in_seconds = 10.0 * float(time_limit) + 30.0
+    p.max_deterministic_time = float(deterministic)
+    p.max_time_in_seconds = float(wall)
+    if handles.formulation == "cumulative":
+        # probing the larger models costs seconds of presolve before the hint is even
+        # reported (vgg16, 4 devices: no solution in 7 s with it, the hint in 1.7 s without)
+        p.cp_model_probing_level = 0
     p.num_workers = int(num_workers)
     p.random_seed = int(seed) % (2**31)
     p.log_search_progress = False
@@ -548,6 +862,8 @@ def _solve_model(handles: CpModelHandles, time_limit: float, seed: int, num_work
 
 
 def _priorities(solver, handles: CpModelHandles, graph, d: int):
+    """The model's schedule as list-scheduler inputs: earlier start = higher priority; a
+    producer's transfer priority follows its earliest transfer (else its own start)."""
     n = graph.num_nodes
     start = np.array([solver.value(s) for s in handles.start], np.int64)
     placement = np.zeros(n, np.int32)
@@ -557,7 +873,6 @@ def _priorities(solver, handles: CpModelHandles, graph, d: int):
     order = np.lexsort((np.arange(n), start))          # earlier start first, ties by id
     priority = np.empty(n)
     priority[order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
-    # a producer's transfer priority: the earliest start of its transfers (else its own start)
     first_transfer = np.full(n, np.iinfo(np.int64).max)
     for (t, k), ts in handles.transfer_start.items():
         if solver.boolean_value(handles.transfer_present[t, k]):
@@ -570,72 +885,7 @@ def _priorities(solver, handles: CpModelHandles, graph, d: int):
     return placement, priority, transfer
 
 
-def _balanced_runs(graph, d: int) -> np.ndarray:
-    """The topological order cut into d consecutive runs of about equal memory."""
-    own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.int64)
-    memory = np.zeros(graph.num_nodes, np.int64)
-    np.add.at(memory, graph.tensor_producer, own)
-    memory += graph.temporary_memory.astype(np.int64) + graph.persistent_memory.astype(np.int64)
-    mid = np.cumsum(memory[graph.topo_order]) - memory[graph.topo_order] / 2
-    total = max(int(memory.sum()), 1)
-    placement = np.empty(graph.num_nodes, np.int32)
-    placement[graph.topo_order] = np.minimum((d * mid / total).astype(int), d - 1)
-    return placement
-
-
-def _warm_start(handles: CpModelHandles, problem: Problem, time_limit: float, seed: int,
-                num_workers: int) -> tuple[float | None, float]:
-    """Hints every variable with a first solution for a memory-balanced split placement.
-
-    Why: the single-device hint is a poor incumbent on large graphs, and a partial hint with
-    transfers is hard for CP-SAT to complete; a copy of the model with the placement fixed
-    finds a complete solution quickly. Returns (its objective or None, deterministic time).
-    """
-    d = problem.devices.count
-    if d == 1:
-        return None, 0.0
-    placement = _balanced_runs(problem.graph, d)
-    if _symmetric(problem):  # the canonical labelling: first op on device 0
-        first = placement[problem.graph.topo_order[0]]
-        placement = np.where(placement == first, 0, np.where(placement == 0, first, placement))
-    fixed = handles.model.clone()
-    for v, row in enumerate(handles.x):
-        for k, lit in enumerate(row):
-            fixed.add(fixed.get_int_var_from_proto_index(lit.index) == int(placement[v] == k))
-    solver = cp_model.CpSolver()
-    params = solver.parameters
-    params.max_deterministic_time = 0.2 * float(time_limit)
-    params.max_time_in_seconds = 2.0 * float(time_limit) + 10.0
-    params.stop_after_first_solution = True
-    params.num_workers = int(num_workers)
-    params.random_seed = int(seed) % (2**31)
-    status = solver.solve(fixed)
-    used = float(solver.deterministic_time)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None, used
-    model = handles.model
-    model.clear_hints()
-    for i, value in enumerate(solver.response_proto.solution):
-        model.add_hint(model.get_int_var_from_proto_index(i), value)
-    return float(solver.objective_value), used
-
-
-def _run(problem: Problem, formulation: str, time_limit: float, seed: int, num_workers: int):
-    handles = _build(problem, formulation)
-    sequential = problem.objective == "peak_memory"
-    op_ticks, _, _ = _durations(problem, sequential)
-    _hint(handles, problem.graph, sequential, op_ticks)
-    warm, used = _warm_start(handles, problem, time_limit, seed, num_workers)
-    solver, status = _solve_model(handles, max(time_limit - used, 0.05 * time_limit), seed,
-                                  num_workers)
-    scale = handles.memory_unit if sequential else handles.tick
-    return handles, solver, status, None if warm is None else warm * scale
-
-
 def _build(problem: Problem, formulation: str) -> CpModelHandles:
-    if formulation not in ("auto", "sequence", "cumulative"):
-        raise ValueError(f"formulation: expected auto, sequence or cumulative, got "
-                         f"{formulation!r}")
     if problem.objective != "peak_memory" or formulation == "cumulative":
         return build_model(problem)
     graph, d = problem.graph, problem.devices.count
@@ -645,50 +895,215 @@ def _build(problem: Problem, formulation: str) -> CpModelHandles:
     return build_model(problem)
 
 
-def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 10.0,
-          num_workers: int = 1, formulation: str = "auto", progress=None) -> Solution:
-    """Solves the model within `time_limit` (deterministic seconds) and scores the answer.
+@dataclass
+class _ModelRun:
+    handles: CpModelHandles
+    solver: cp_model.CpSolver
+    status: int
+    hint_objective: float | None  # the hint's objective in the model (model units)
+    stopped_by: str               # "proof", "deterministic_time" or "wall_clock"
 
-    `extra` records status (OPTIMAL / FEASIBLE / INFEASIBLE / UNKNOWN), the model's objective
-    and bound (bytes for peak_memory, µs for makespan), and the time limit.
+
+def _run_model(problem: Problem, formulation: str, hint: Solution | None, hint_trace,
+               time_limit: float, deadline: float, seed: int, num_workers: int,
+               reproducible: bool = False) -> _ModelRun:
+    """Builds, hints and solves the model; CP-SAT stops at `time_limit` deterministic
+    seconds or at the wall-clock `deadline`, whichever comes first (but gets at least
+    `_MIN_SOLVE` of the limit)."""
+    handles = _build(problem, formulation)
+    sequential = problem.objective == "peak_memory"
+    floor = _MIN_SOLVE * time_limit
+    used = 0.0
+    hint_objective = None
+    if hint is not None:
+        share = 0.2 * time_limit
+        wall = max(deadline - time.perf_counter(), floor)
+        hint_objective, used = _add_hint(handles, problem, hint, hint_trace, share,
+                                         wall if reproducible else min(share, wall), seed)
+    else:
+        op_ticks, _, _ = _durations(problem, sequential)
+        _default_hint(handles, problem.graph, sequential, op_ticks)
+    wall = max(deadline - time.perf_counter(), floor)
+    deterministic = max(time_limit - used, floor)
+    solver, status = _solve_model(handles, deterministic, wall, seed, num_workers)
+    if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        stopped_by = "proof"
+    elif solver.wall_time >= 0.97 * wall:
+        stopped_by = "wall_clock"
+    else:
+        stopped_by = "deterministic_time"
+    return _ModelRun(handles, solver, status, hint_objective, stopped_by)
+
+
+def closed_form_bound(problem: Problem) -> int:
+    """A lower bound on any solution's simulated peak memory (max over devices), in bytes:
+    while op v runs, its device holds v's temporaries, outputs, non-alias inputs and
+    persistent memory; at the end, persistent memory and unconsumed outputs (never freed)
+    fill the devices, so the busiest holds at least a 1/d share of them."""
+    graph, d = problem.graph, problem.devices.count
+    size = np.asarray(graph.tensor_size, np.int64)
+    own = np.where(np.asarray(graph.tensor_alias) < 0, size, 0)
+    best = 0
+    for v in range(graph.num_nodes):
+        inputs = sum(int(own[t]) for t in set(int(t) for t in graph.inputs(v)))
+        outputs = sum(int(own[t]) for t in graph.outputs(v))
+        best = max(best, inputs + outputs + int(graph.temporary_memory[v])
+                   + int(graph.persistent_memory[v]))
+    consumed = np.diff(np.asarray(graph.consumer_ptr)) > 0
+    final = int(np.asarray(graph.persistent_memory, np.int64).sum()) + int(own[~consumed].sum())
+    return max(best, -(-final // d))
+
+
+def _exact_durations(problem: Problem) -> bool:
+    """Whether the makespan model's ticks are the simulator's durations exactly (every
+    duration a positive multiple of the tick): then the model relaxes the list scheduler."""
+    op_ticks, tr_ticks, tick = _durations(problem, False)
+    op = np.asarray(problem.graph.compute_cost, np.float64)
+    tr = problem.devices.transfer_time(problem.graph.tensor_size)
+    return bool(np.all(op > 0) and np.all(tr > 0) and np.all(op_ticks * tick == op)
+                and np.all(tr_ticks * tick == tr))
+
+
+def lower_bound(problem: Problem, time_limit: float = 10.0, seed: int = 0,
+                num_workers: int = 1) -> tuple[float, bool]:
+    """(bytes, proven): a lower bound on the simulated peak memory of every solution of
+    `problem`'s graph and devices (whatever its objective), from the peak-memory model.
+
+    `bytes` is always a valid bound (CP-SAT's best bound on a relaxation, or
+    `closed_form_bound` when the model is too large to build within `time_limit`);
+    `proven` is True when CP-SAT proved its model optimal, so no better bound can come
+    from this model. `time_limit` is wall-clock seconds (deterministic time too).
     """
+    if not time_limit > 0:
+        raise ValueError(f"time_limit must be positive, got {time_limit}")
+    peak = Problem(problem.graph, problem.devices, "peak_memory")
+    simple = float(closed_form_bound(peak))
+    if not _model_fits(peak, time_limit):
+        return simple, False
+    run = _run_model(peak, "auto", None, None, time_limit, _deadline(time_limit, False),
+                     seed, num_workers)
+    bound = float(run.solver.best_objective_bound) * run.handles.memory_unit
+    return max(simple, bound), run.status == cp_model.OPTIMAL
+
+
+def _deadline(time_limit: float, reproducible: bool) -> float:
+    """The wall-clock instant CP-SAT must stop by (a loose guard when `reproducible`)."""
+    wall = 3.0 * time_limit + 10.0 if reproducible else time_limit
+    return time.perf_counter() + wall
+
+
+def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 10.0,
+          reproducible: bool = False, num_workers: int = 1, formulation: str = "auto",
+          progress=None) -> Solution:
+    """The better (simulator's score) of the best cheap heuristic and CP-SAT's answer hinted
+    with it, within about `time_limit` wall-clock seconds.
+
+    With `reproducible`, `time_limit` is CP-SAT deterministic time instead (a seed then
+    always gives the same answer; the wall clock only guards at 3 x the limit + 10 s).
+
+    `evaluations` counts every model evaluation: the heuristics', the hint's BRKGA, the
+    trace of the hint and the scoring of CP-SAT's answer (never more than `budget`).
+    `extra` records status (OPTIMAL / FEASIBLE: CP-SAT's answer; HINT: the hint's, CP-SAT
+    found nothing better or did not run; INFEASIBLE: the memory limits cannot be met), the
+    solver's own status, the model's objective and bound, the time limit and what stopped
+    the solver (module docstring).
+    """
+    from regal.sim import trace
+
     if int(budget) != budget or budget < 1:
         raise ValueError(f"budget must be a positive integer, got {budget}")
     if not time_limit > 0:
         raise ValueError(f"time_limit must be positive, got {time_limit}")
-    graph = problem.graph
+    if formulation not in ("auto", "sequence", "cumulative"):
+        raise ValueError(f"formulation: expected auto, sequence or cumulative, got "
+                         f"{formulation!r}")
+    graph, devices = problem.graph, problem.devices
     began = time.perf_counter()
-    solved_objective = problem.objective
-    handles, solver, status, warm = _run(problem, formulation, time_limit, seed, num_workers)
-    infeasible = status == cp_model.INFEASIBLE
-    if infeasible and problem.objective == "makespan":
-        # the limits cannot be met: the least-memory answer is the next best thing
-        solved_objective = "peak_memory"
-        fallback = Problem(graph, problem.devices, "peak_memory")
-        handles, solver, status, warm = _run(fallback, formulation, time_limit, seed,
-                                             num_workers)
+    deadline = _deadline(float(time_limit), reproducible)
+    fits = _model_fits(problem, time_limit)
+    # without a model to solve, the hint's BRKGA may use most of the time
+    share = _HEURISTIC_SHARE if fits else 0.8
+    hint, used, heuristics = best_heuristic(
+        problem, budget - _RESERVED if budget > _RESERVED else 0, seed,
+        None if reproducible else share * time_limit)
+    heuristics_seconds = time.perf_counter() - began
+    extra = {"time_limit": float(time_limit), "reproducible": bool(reproducible),
+             "num_workers": int(num_workers), "heuristics_seconds": heuristics_seconds,
+             "heuristics": heuristics, "hint_method": None if hint is None else hint.method,
+             "hint_value": None if hint is None else float(hint.value),
+             "solver_status": None, "model_objective": None, "model_objective_name": None,
+             "cpsat_value": None, "bound": None, "stopped_by": None, "model_skipped": None}
+    if problem.objective == "peak_memory":
+        extra["bound"] = float(closed_form_bound(problem))
+    if not fits:
+        extra["model_skipped"] = (f"model size {_model_units(problem)} > "
+                                  f"{min(_MAX_UNITS, int(_UNITS_PER_SECOND * time_limit))}")
+    elif not reproducible and (deadline - time.perf_counter()) * _UNITS_PER_SECOND < \
+            _model_units(problem):
+        extra["model_skipped"] = "the heuristics left too little time to build the model"
+    hint_trace = None
+    if hint is not None and extra["model_skipped"] is None:
+        hint_trace = trace(graph, devices, hint.placement, hint.priority,
+                           hint.transfer_priority)
+        used += 1
 
-    extra = {"time_limit": float(time_limit), "status": _STATUS.get(status, str(status)),
-             "model_objective_name": solved_objective, "num_workers": int(num_workers),
-             "warm_start_objective": warm}
-    if infeasible:
-        extra["status"] = "INFEASIBLE"
-        extra["fallback_status"] = _STATUS.get(status, str(status))
-    scale = handles.memory_unit if solved_objective == "peak_memory" else handles.tick
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        placement, priority, transfer = _priorities(solver, handles, graph,
-                                                    problem.devices.count)
-        extra["model_objective"] = float(solver.objective_value) * scale
-        extra["bound"] = float(solver.best_objective_bound) * scale
-    else:  # no incumbent in time: the hint's answer
-        placement = np.zeros(graph.num_nodes, np.int32)
-        priority = np.empty(graph.num_nodes)
-        priority[graph.topo_order] = np.linspace(1.0, 0.0, graph.num_nodes) \
-            if graph.num_nodes > 1 else 0.5
-        transfer = priority.copy()
-        extra["model_objective"] = None
-        extra["bound"] = float(solver.best_objective_bound) * scale \
-            if status == cp_model.UNKNOWN else None
+    run, answer, infeasible = None, None, False
+    if extra["model_skipped"] is None:
+        run = _run_model(problem, formulation, hint, hint_trace, time_limit, deadline, seed,
+                         num_workers, reproducible)
+        infeasible = run.status == cp_model.INFEASIBLE
+        extra["model_objective_name"] = problem.objective
+        if infeasible and problem.objective == "makespan":
+            # the limits cannot be met: the least-memory answer is the next best thing
+            extra["infeasible_status"] = _STATUS[run.status]
+            extra["model_objective_name"] = "peak_memory"
+            fallback = Problem(graph, devices, "peak_memory")
+            run = _run_model(fallback, formulation, hint, hint_trace, time_limit,
+                             max(deadline, time.perf_counter() + _MIN_SOLVE * time_limit),
+                             seed, num_workers, reproducible)
+        extra["solver_status"] = _STATUS.get(run.status, str(run.status))
+        extra["stopped_by"] = run.stopped_by
+        extra["formulation"] = run.handles.formulation
+        _record_model(extra, problem, run)
+        if run.status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and used < budget:
+            fields = score(problem, *_priorities(run.solver, run.handles, graph,
+                                                 devices.count))
+            used += 1
+            extra["cpsat_value"] = fields["value"]
+            if hint is None or fields["value"] < hint.value:
+                answer = fields
+    if answer is not None:
+        status = "OPTIMAL" if run.status == cp_model.OPTIMAL else "FEASIBLE"
+    else:
+        status = "HINT"
+        if hint is None:  # a tiny budget and no CP-SAT answer: the single-device answer
+            from regal.optimizers import single_device
+            hint = single_device(problem)
+            used += 1
+            extra["hint_method"], extra["hint_value"] = "single-device", float(hint.value)
+        answer = score(problem, hint.placement, hint.priority, hint.transfer_priority)
+    extra["status"] = "INFEASIBLE" if infeasible else status
     extra["solver_wall_time"] = time.perf_counter() - began
-    return Solution(**score(problem, placement, priority, transfer), evaluations=1,
-                    method="cpsat", seed=seed, extra=extra)
+    if progress is not None:
+        progress(used, float(answer["value"]))
+    return Solution(**answer, evaluations=used, method="cpsat", seed=seed, extra=extra)
+
+
+def _record_model(extra: dict, problem: Problem, run: _ModelRun) -> None:
+    """The model's objective and bound in bytes or µs; `bound` only where it is a proven
+    lower bound on the simulator's objective (module docstring)."""
+    handles, solver = run.handles, run.solver
+    peak_model = handles.objective == "peak_memory"
+    scale = handles.memory_unit if peak_model else handles.tick
+    if run.hint_objective is not None:
+        extra["hint_model_objective"] = run.hint_objective * scale
+    if run.status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        extra["model_objective"] = float(solver.objective_value) * scale
+    if run.status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+        model_bound = float(solver.best_objective_bound) * scale
+        extra["model_bound"] = model_bound
+        if peak_model:
+            key = "bound" if problem.objective == "peak_memory" else "peak_bound"
+            extra[key] = max(extra.get(key) or 0.0, model_bound)
+        elif _exact_durations(problem):
+            extra["bound"] = model_bound
