@@ -11,6 +11,8 @@ import argparse
 import os
 import sys
 
+from regal.harness import MAX_BYTES, MAX_DEVICES  # a light module (no numpy)
+
 EXIT_USAGE = 2
 EXIT_INFEASIBLE = 3  # `regal optimize`: no solution found within the memory limits
 
@@ -54,6 +56,7 @@ def cmd_data_synth(args) -> int:
             max_ops=200 if args.max_ops is None else args.max_ops,
             seed=0 if args.seed is None else args.seed, family=args.family or "random",
             training=args.training)
+    _check_output("--out", args.out, folder=True)
     paths = synth.materialize(recipe, args.out, progress=not args.quiet)
     print(f"{len(paths)} graphs of recipe {recipe.name!r} in {args.out} (see recipe.json)")
     return 0
@@ -71,6 +74,7 @@ def cmd_import(args) -> int:
                          f"{', '.join(SUFFIXES)}")
     if args.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    _check_output("--out", args.out)
     is_spec = args.model.startswith(("keras.applications.", "tf.keras.applications.")) or \
         ":" in args.model
     if not is_spec and not Path(args.model).exists():
@@ -107,13 +111,104 @@ def parse_size(text: str) -> int:
     """'16GiB', '500MB', '1.5 GiB', '123 bytes' or '123' -> bytes (KB/MB/GB are powers of 1000)."""
     import re
 
+    from decimal import Decimal
+
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     unit = match and _SIZE_UNITS.get(match.group(2).lower())
     if not unit:
         raise argparse.ArgumentTypeError(
             f"invalid size {text!r}: expected a number with an optional unit "
             "(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 16GiB")
-    return int(round(float(match.group(1)) * unit))
+    exponent = match.group(1).partition("e")[2]
+    if exponent and int(exponent) > 30:  # Decimal would build a number of that many digits
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: at most 2**62 bytes (4 EiB)")
+    value = round(Decimal(match.group(1)) * unit)  # exact: no float rounding of big counts
+    if value > MAX_BYTES:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: at most 2**62 bytes (4 EiB)")
+    return int(value)
+
+
+def device_count(text: str) -> int:
+    """--devices: an integer (its range is checked by `_check_device_counts`)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a device count, got {text!r}") from None
+
+
+def _check_device_counts(args) -> None:
+    """--devices of every command in 1..MAX_DEVICES: a billion devices would allocate
+    hundreds of GiB of per-device arrays before anything could refuse them."""
+    value = getattr(args, "devices", None)
+    for count in value if isinstance(value, list) else [value]:
+        if count is not None and not 1 <= count <= MAX_DEVICES:
+            raise ValueError(f"--devices: expected a device count in 1..{MAX_DEVICES}, "
+                             f"got {count}")
+
+
+def _int_at_least(low: int):
+    """An argparse type: an integer >= low (the message names the bound)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text}")
+        return value
+    return parse
+
+
+def _finite_float(low: float, inclusive: bool):
+    """An argparse type: a finite number > low (>= low if inclusive); refuses nan and inf."""
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value < low or (value == low and not inclusive):
+            raise argparse.ArgumentTypeError(
+                f"expected a finite number {'>=' if inclusive else '>'} {low:g}, got {text!r}")
+        return value
+    return parse
+
+
+non_negative_int = _int_at_least(0)
+positive_int = _int_at_least(1)
+positive_float = _finite_float(0.0, inclusive=False)
+non_negative_float = _finite_float(0.0, inclusive=True)
+
+
+def _check_output(flag: str, path, folder: bool = False) -> None:
+    """Fails before any work when `path` cannot be written: a file's folder must exist and
+    be writable, and the path must not be a folder (or, for a folder, a file); a folder that
+    does not exist yet needs a writable nearest existing parent."""
+    if path is None:
+        return
+    path = os.path.abspath(path)
+    if os.path.isdir(path) != folder and os.path.exists(path):
+        raise ValueError(f"{flag} {path}: is {'not a folder' if folder else 'a folder'}")
+    if folder:
+        target = path
+        while not os.path.exists(target):
+            parent = os.path.dirname(target)
+            if parent == target:
+                break
+            target = parent
+        if not os.path.isdir(target):
+            raise ValueError(f"{flag} {path}: {target} is not a folder")
+    else:
+        target = os.path.dirname(path)
+        if not os.path.isdir(target):
+            raise ValueError(f"{flag} {path}: the folder {target} does not exist")
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise ValueError(f"{flag} {path}: not a regular file")
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            raise ValueError(f"{flag} {path}: the file is not writable")
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: the folder {target} is not writable")
 
 
 def _parse_pins(items) -> dict:
@@ -145,9 +240,8 @@ def cmd_optimize(args) -> int:
             raise ValueError(f"--time-limit: method {args.method!r} counts model evaluations "
                              "(--budget), it takes no time limit")
         options["time_limit"] = args.time_limit
-    for flag, path in (("--out", args.out), ("--plot", args.plot)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise ValueError(f"{flag} {path}: the directory does not exist")
+    _check_output("--out", args.out)
+    _check_output("--plot", args.plot)
     graph = load_graph(args.graph)
     if args.pin or args.colocate:
         from regal.graph import with_constraints
@@ -180,8 +274,8 @@ def cmd_optimize(args) -> int:
         from regal.bounds import gap_to_bound, lower_bound
         from regal.units import format_bytes
         extra = {}
-        if solution.extra.get("bound") is not None and status in ("OPTIMAL", "FEASIBLE"):
-            extra["cpsat"] = solution.extra["bound"]
+        if solution.extra.get("bound") is not None and solution.method == "cpsat":
+            extra["cpsat"] = solution.extra["bound"]  # proven for peak memory, any status
         bound = lower_bound(graph, devices, extra=extra)
         print(f"within {100 * gap_to_bound(solution.value, bound):.2f}% of the lower bound "
               f"{format_bytes(bound.value)} ({bound.source})")
@@ -209,6 +303,7 @@ def _int_list(text: str) -> list[int]:
 def cmd_compare(args) -> int:
     from regal.harness import run_experiment
 
+    _check_output("--out", args.out, folder=True)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     summary = run_experiment(
         methods, args.graphs, args.out, seeds=args.seeds, budgets=args.budget,
@@ -219,21 +314,28 @@ def cmd_compare(args) -> int:
           f"{summary.failed} failed; records in {summary.path}")
     for method, graph, error in summary.failures[:10]:
         print(f"  failed: {method} on {graph}: {error}")
+    for line in summary.skipped_lines:
+        print(f"regal: warning: {line}; its run was done again", file=sys.stderr)
     return 0
 
 
 def cmd_report(args) -> int:
     from regal.report import write_report
 
+    if args.out is not None:
+        _check_output("--out", args.out, folder=True)
     result = write_report(args.results, args.out, baseline=("brkga", args.baseline_budget),
                           chart=not args.no_chart, best_known=args.best_known,
                           bounds=not args.no_bounds)
+    for line in result.get("skipped", ()):
+        print(f"regal: warning: {line}", file=sys.stderr)
     print(result["markdown"])
     print("wrote " + ", ".join(result["files"]))
     return 0
 
 
 def cmd_train(args) -> int:
+    _check_output("--out", args.out, folder=True)  # before TensorFlow is paid for
     from regal.train import TrainConfig, train
 
     config = TrainConfig(
@@ -244,7 +346,9 @@ def cmd_train(args) -> int:
         val_every=args.val_every, val_graphs=args.val_graphs,
         checkpoint_minutes=args.checkpoint_minutes, max_minutes=args.max_minutes,
         workers=args.workers, ray=args.ray, seed=args.seed, learn=args.learn,
-        learn_elite_bias=not args.no_elite_bias, progress=not args.quiet)
+        learn_elite_bias=not args.no_elite_bias, progress=not args.quiet,
+        seeds_per_action=args.seeds_per_action, pretrain_from=args.pretrain_from,
+        pretrain_steps=args.pretrain_steps)
     summary = train(config, resume=args.resume)
     print(f"stopped ({summary['stopped']}) at step {summary['step']} after "
           f"{summary['wall_time'] / 60:.1f} min; last validation improvement: "
@@ -253,6 +357,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_apply(args) -> int:
+    _check_output("--out", args.out, folder=True)  # before TensorFlow is paid for
     from regal.measure import apply_solution
 
     result = apply_solution(args.model, args.solution, args.out, batch_size=args.batch,
@@ -274,6 +379,7 @@ def cmd_apply(args) -> int:
 def cmd_measure(args) -> int:
     import json
 
+    _check_output("--json", args.json)  # before TensorFlow is paid for
     from regal.measure import measure
 
     result = measure(args.model, args.solution, args.devices, batch_size=args.batch,
@@ -295,9 +401,11 @@ def cmd_best_known(args) -> int:
     if args.time_per_graph is None or not args.time_per_graph > 0:
         raise ValueError(f"--time-per-graph: expected a positive number of seconds, "
                          f"got {args.time_per_graph}")
+    _check_output("--out", args.out)
     summary = build_store(args.graphs, args.out, devices=args.devices,
                           objective=args.objective, memory_limit=args.memory_limit,
-                          time_per_graph=args.time_per_graph, seed=args.seed,
+                          time_per_graph=args.time_per_graph,
+                          time_per_kop=args.time_per_kop, seed=args.seed,
                           workers=args.workers, ray=args.ray, progress=not args.quiet)
     unit = format_bytes if args.objective == "peak_memory" else format_duration_us
     for graph, d, before, after in summary.rows:
@@ -346,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, help="number of graphs (with --recipe: the first N)")
     p.add_argument("--min-ops", type=int, help="fewest ops per graph (default 50)")
     p.add_argument("--max-ops", type=int, help="most ops per graph (default 200)")
-    p.add_argument("--seed", type=int, help="seed of the whole set (default 0)")
+    p.add_argument("--seed", type=non_negative_int, help="seed of the whole set (default 0)")
     p.add_argument("--family", help="random (default), cnn, inception, transformer or mixed")
     p.add_argument("--training", action="store_true", help="append backward pass and updates")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the .npz files")
@@ -372,7 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("optimize", help="place and schedule one graph on several devices")
     p.add_argument("graph", metavar="GRAPH", help="any graph file `regal data info` reads")
-    p.add_argument("--devices", type=int, required=True, metavar="D", help="number of devices")
+    p.add_argument("--devices", type=device_count, required=True, metavar="D",
+                   help=f"number of devices (1..{MAX_DEVICES})")
     p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
                    help="per-device memory, e.g. 16GiB (default: unlimited)")
     p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
@@ -380,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=int, default=5000, help="performance-model evaluations")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                    help="solver time limit (methods that take one, e.g. cpsat)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--out", metavar="JSON", help="write the solution here")
     p.add_argument("--plot", metavar="PNG", help="draw memory over time and a Gantt chart")
     p.add_argument("--pin", action="append", metavar="OP=DEVICE",
@@ -398,13 +507,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", type=_int_list, default=[2], metavar="D[,D...]")
     p.add_argument("--budget", type=_int_list, default=[5000], metavar="N[,N...]",
                    help="performance-model evaluations per run (default 5000)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per graph (default 3)")
+    p.add_argument("--seeds", type=positive_int, default=3,
+                   help="seeds 0..N-1 per graph (default 3)")
     p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
     p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
                    help="per-device memory, e.g. 16GiB (default: unlimited)")
     p.add_argument("--limit", type=int, default=None, metavar="N",
                    help="only the first N graphs of each folder")
-    p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="processes (default: all cores)")
     p.add_argument("--ray", action="store_true", help="fan out on a local Ray cluster")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="fan out on this Ray cluster (implies --ray)")
@@ -432,44 +543,54 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in RUN")
     p.add_argument("--steps", type=int, default=200, help="policy-gradient steps (default 200)")
     p.add_argument("--budget", type=int, default=1000, help="BRKGA evaluations per rollout")
-    p.add_argument("--devices", type=int, nargs="+", default=[2, 4], metavar="D")
+    p.add_argument("--devices", type=device_count, nargs="+", default=[2, 4], metavar="D")
     p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
     p.add_argument("--graphs-per-step", type=int, default=4)
     p.add_argument("--samples", type=int, default=4, help="rollouts per graph (default 4)")
-    p.add_argument("--learning-rate", type=float, default=1e-3)
-    p.add_argument("--entropy-coef", type=float, default=1e-3)
+    p.add_argument("--learning-rate", type=positive_float, default=1e-3)
+    p.add_argument("--entropy-coef", type=non_negative_float, default=1e-3)
     p.add_argument("--val-every", type=int, default=10, help="steps between validations")
     p.add_argument("--val-graphs", type=int, default=16)
-    p.add_argument("--checkpoint-minutes", type=float, default=3.0)
-    p.add_argument("--max-minutes", type=float, default=None, help="stop after this wall time")
-    p.add_argument("--workers", type=int, default=2, help="rollout processes (default 2)")
+    p.add_argument("--checkpoint-minutes", type=positive_float, default=3.0)
+    p.add_argument("--max-minutes", type=positive_float, default=None,
+                   help="stop after this wall time")
+    p.add_argument("--workers", type=positive_int, default=2, help="rollout processes (default 2)")
     p.add_argument("--ray", action="store_true", help="run rollouts on a local Ray")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--learn", choices=("both", "placement", "scheduling"), default="both",
                    help="which key groups the policy learns (ablation)")
     p.add_argument("--no-elite-bias", action="store_true", help="do not learn the elite bias")
+    p.add_argument("--seeds-per-action", type=int, default=1,
+                   help="BRKGA seeds per sampled action, common to a graph's actions (default 1)")
+    p.add_argument("--pretrain-from", metavar="STORE", default=None,
+                   help="best-known store (JSON lines) for supervised pretraining")
+    p.add_argument("--pretrain-steps", type=int, default=0,
+                   help="the first this many steps are supervised on --pretrain-from")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("best-known", help="build or extend a store of best-known solutions "
                        "with long portfolio runs (resumable, monotone)")
     p.add_argument("graphs", nargs="+", metavar="GRAPHS", help="graph files or folders")
-    p.add_argument("--devices", type=int, nargs="+", required=True, metavar="D")
+    p.add_argument("--devices", type=device_count, nargs="+", required=True, metavar="D")
     p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
     p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
                    help="per-device memory limit (makespan objective)")
-    p.add_argument("--time-per-graph", type=float, required=True, metavar="SECONDS",
+    p.add_argument("--time-per-graph", type=positive_float, required=True, metavar="SECONDS",
                    help="portfolio CPU seconds per graph and device count, in total over reruns")
+    p.add_argument("--time-per-kop", type=float, default=0.0, metavar="SECONDS",
+                   help="extra CPU seconds per 1,000 ops of the graph (default 0)")
     p.add_argument("--out", required=True, metavar="STORE", help="store file (.jsonl)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="processes (default: all cores)")
     p.add_argument("--ray", action="store_true", help="fan out on a local Ray cluster")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_best_known)
 
     p = sub.add_parser("bounds", help="a valid lower bound on the peak memory of graphs")
     p.add_argument("graphs", nargs="+", metavar="GRAPH", help="graph files")
-    p.add_argument("--devices", type=int, nargs="+", required=True, metavar="D")
+    p.add_argument("--devices", type=device_count, nargs="+", required=True, metavar="D")
     p.add_argument("--bytes", action="store_true", help="print the bound in bytes only")
     p.set_defaults(func=cmd_bounds)
 
@@ -491,14 +612,15 @@ def build_parser() -> argparse.ArgumentParser:
                        "simulated per-device peak memory")
     p.add_argument("model", metavar="MODEL", help=model_help)
     p.add_argument("--solution", required=True, metavar="JSON", help="from regal optimize")
-    p.add_argument("--devices", type=int, default=None, metavar="D",
+    p.add_argument("--devices", type=device_count, default=None, metavar="D",
                    help="devices to run on (default: the solution's count)")
     p.add_argument("--batch", type=int, default=1, metavar="B", help="batch size (default 1)")
     p.add_argument("--training", action="store_true", help="the training step was solved")
     p.add_argument("--device-type", choices=("auto", "cpu", "gpu"), default="auto",
                    help="auto: logical GPUs when a GPU exists, else logical CPUs")
     p.add_argument("--runs", type=int, default=3, help="warm-up runs before measuring")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the random weights and inputs")
     p.add_argument("--json", metavar="FILE", help="also write the numbers here")
     p.set_defaults(func=cmd_measure)
 
@@ -507,13 +629,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from regal.graph import GraphError
+    from regal.harness import WorkerDied
 
     args = build_parser().parse_args(argv)
     try:
+        _check_device_counts(args)
         return int(args.func(args) or 0)
-    except (UserError, GraphError, FileNotFoundError, IsADirectoryError, PermissionError,
-            ValueError) as exc:
+    except WorkerDied as exc:  # not the user's input: exit 1, one line, a rerun resumes
         if os.environ.get("REGAL_DEBUG"):
+            raise
+        print(f"regal: error: {exc}", file=sys.stderr)
+        return 1
+    except (UserError, GraphError, OSError, ValueError) as exc:
+        # an OSError is the user's when it names a file (missing, a folder, not writable)
+        if os.environ.get("REGAL_DEBUG") or (isinstance(exc, OSError) and not exc.filename):
             raise
         msg = str(exc) if not isinstance(exc, OSError) or not exc.filename else \
             f"{exc.strerror}: {exc.filename}"

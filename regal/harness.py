@@ -10,6 +10,7 @@ Every value is the simulator's re-score (`regal.optimizers.solve`), never the me
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import time
@@ -22,12 +23,25 @@ from regal.workers import exit_with_parent, set_numba_threads
 
 __all__ = ["GRAPH_SUFFIXES", "RECORDS_FILE", "KEY_FIELDS", "Task", "GraphEntry", "RunSummary",
            "find_graphs", "check_grid", "make_tasks", "record_key", "run_task", "read_records",
-           "load_records", "run_experiment", "software_version"]
+           "load_records", "run_experiment", "software_version", "MAX_DEVICES", "MAX_BYTES",
+           "check_record", "skipped_lines", "WorkerDied"]
 
 GRAPH_SUFFIXES = (".npz", ".pbtxt", ".pb")
 RECORDS_FILE = "records.jsonl"
 KEY_FIELDS = ("method", "dataset", "graph", "fingerprint", "seed", "budget", "devices",
               "memory_limit", "objective", "options")
+# Sane ceilings for what a user or a record may ask for: more devices than this is a typo
+# (a device count sizes per-device arrays, so 10**9 would try to allocate hundreds of GiB),
+# and a byte count above 2**62 cannot be summed in int64 without overflowing.
+MAX_DEVICES = 256
+MAX_BYTES = 2**62
+MAX_SEEDS = 100_000  # seeds per grid point: the grid is built in memory before it runs
+_OBJECTIVES = ("peak_memory", "makespan")  # regal.optimizers.OBJECTIVES, without importing it
+
+
+class WorkerDied(RuntimeError):
+    """A pool worker process died (killed, out of memory) before reporting its run; the
+    records written so far are kept and a rerun resumes. The CLI prints it as one line."""
 
 
 def software_version() -> str:
@@ -152,9 +166,13 @@ def check_grid(methods, *, seeds=3, budgets=5000, devices=2, objectives="peak_me
         raise ValueError(f"methods: {methods} names a method twice")
     budgets = _positive_ints(budgets, "budget")
     devices = _positive_ints(devices, "devices")
+    if max(devices) > MAX_DEVICES:
+        raise ValueError(f"devices: at most {MAX_DEVICES} devices, got {max(devices)}")
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         if seeds < 1:
             raise ValueError(f"seeds: expected a positive count, got {seeds}")
+        if seeds > MAX_SEEDS:
+            raise ValueError(f"seeds: at most {MAX_SEEDS} seeds per run, got {seeds}")
         seeds = list(range(seeds))
     seeds = _as_list(seeds, "seeds")
     if any(isinstance(s, bool) or not hasattr(s, "__index__") or int(s) < 0 for s in seeds):
@@ -168,8 +186,9 @@ def check_grid(methods, *, seeds=3, budgets=5000, devices=2, objectives="peak_me
     limits = []
     for limit in _as_list(memory_limits, "memory_limit"):
         if limit is not None and (isinstance(limit, bool) or not hasattr(limit, "__index__")
-                                  or int(limit) < 0):
-            raise ValueError(f"memory_limit: expected whole bytes >= 0 or None, got {limit!r}")
+                                  or not 0 <= int(limit) <= MAX_BYTES):
+            raise ValueError(f"memory_limit: expected whole bytes in 0..2**62 or None, "
+                             f"got {limit!r}")
         limits.append(None if limit is None else int(limit))
     method_options = dict(method_options or {})
     for name, options in method_options.items():
@@ -205,9 +224,17 @@ def make_tasks(methods: Sequence[str], entries: Sequence[GraphEntry], **grid) ->
 # one run
 
 
+def _hashable(value):
+    """A JSON value usable in a key (lists and objects as canonical JSON text)."""
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
 def record_key(record: Mapping) -> tuple:
     """The identity of a record: a rerun with the same key is skipped."""
-    return tuple(record.get(name, "{}" if name == "options" else None) for name in KEY_FIELDS)
+    return tuple(_hashable(record.get(name, "{}" if name == "options" else None))
+                 for name in KEY_FIELDS)
 
 
 def _time_limit(options: dict, extra: dict):
@@ -294,28 +321,140 @@ def _portable_entries(methods) -> dict:
 # records file
 
 
-def read_records(path) -> list[dict]:
-    """Every complete record of one JSON-lines file (a torn last line is ignored)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    records = []
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    """A finite JSON number (JSON text may spell NaN, Infinity or 1e400, Python reads them)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value)
+
+
+def check_record(record) -> str | None:
+    """Why `record` is not a compare record that the report and resume can trust, or None.
+
+    Checks what the readers use: the key fields' types and ranges, and for an `ok` record
+    a finite, non-negative value and a feasible flag that agrees with its peaks and limit.
+    """
+    if not isinstance(record, dict):
+        kind = {type(None): "null", bool: "true/false", int: "number", float: "number",
+                str: "string", list: "array"}.get(type(record), type(record).__name__)
+        return f"a JSON {kind}, not an object"
+    for name in ("method", "dataset", "graph", "fingerprint", "objective", "status",
+                 "seed", "budget", "devices"):
+        if name not in record:
+            return f"no {name!r}"
+    for name in ("method", "dataset", "graph", "fingerprint", "objective", "status"):
+        if not isinstance(record.get(name), str):
+            return f"{name!r}: expected a string, got {record.get(name)!r:.40}"
+    if record["objective"] not in _OBJECTIVES:
+        return f"'objective': unknown objective {record['objective']!r:.40}"
+    ranges = (("seed", 0, None), ("budget", 1, None), ("devices", 1, MAX_DEVICES))
+    for name, low, high in ranges:
+        value = record.get(name)
+        if not _is_int(value) or value < low or (high is not None and value > high):
+            span = f">= {low}" if high is None else f"in {low}..{high}"
+            return f"{name!r}: expected an integer {span}, got {value!r:.40}"
+    limit = record.get("memory_limit")
+    if limit is not None and (not _is_int(limit) or not 0 <= limit <= MAX_BYTES):
+        return f"'memory_limit': expected null or bytes in 0..2**62, got {limit!r:.40}"
+    options = record.get("options", "{}")
+    try:
+        if not isinstance(json.loads(options), dict):
+            raise ValueError
+    except (TypeError, ValueError, RecursionError):
+        return f"'options': expected a JSON object as text, got {options!r:.40}"
+    if record.get("graph_path") is not None and not isinstance(record["graph_path"], str):
+        return f"'graph_path': expected a string, got {record['graph_path']!r:.40}"
+    if record["status"] != "ok":
+        return None
+    feasible = record.get("feasible")
+    if not isinstance(feasible, bool):
+        return f"'feasible': expected true or false, got {feasible!r:.40}"
+    value = record.get("value")
+    # the makespan of a run that overflows a memory limit is infinite (DESIGN: infeasible)
+    if not (_is_number(value) and 0 <= value <= 2.0**64) and \
+            not (value == math.inf and not feasible):
+        return f"'value': expected a finite number in 0..2**64, got {value!r:.40}"
+    for name in ("wall_time", "evaluations"):
+        if record.get(name) is not None and not (_is_number(record[name]) and record[name] >= 0):
+            return f"{name!r}: expected a finite number >= 0, got {record[name]!r:.40}"
+    peak = record.get("peak")
+    if peak is not None:
+        if not isinstance(peak, list) or len(peak) != record["devices"] or not all(
+                _is_int(p) and 0 <= p <= MAX_BYTES for p in peak):
+            return f"'peak': expected {record['devices']} byte counts, got {peak!r:.40}"
+        fits = limit is None or max(peak) <= limit
+        if fits != feasible:
+            return f"'feasible' is {feasible} but the peaks {'fit' if fits else 'exceed'} " \
+                   "the memory limit"
+    elif limit is None and not feasible:
+        return "'feasible' is false without a memory limit"
+    return None
+
+
+def _json_lines(path: Path):
+    """(line number, parsed value or None, why not) for every complete line of a file."""
     with open(path, "rb") as f:
-        for line in f:
+        for number, line in enumerate(f, start=1):
             if not line.endswith(b"\n"):
-                break  # torn by a kill mid-write
+                return  # torn by a kill mid-write
             line = line.strip()
             if not line:
                 continue
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+                yield number, json.loads(line.decode("utf-8")), None
+            except UnicodeDecodeError as exc:
+                yield number, None, f"not UTF-8 (byte {exc.start + 1})"
+            except RecursionError:
+                yield number, None, "JSON nested too deeply"
+            except ValueError as exc:  # JSONDecodeError, or an integer of > 4300 digits
+                yield number, None, f"not JSON ({str(exc).split(':')[0]})"
+
+
+def _note_skip(skipped, path, number: int, reason: str) -> None:
+    """Counts one unusable line of `path` in `skipped` ({path: [count, first line, why]})."""
+    if skipped is None:
+        return
+    entry = skipped.setdefault(str(path), [0, number, reason])
+    entry[0] += 1
+
+
+def skipped_lines(skipped: dict) -> list[str]:
+    """One sentence per file with unusable lines (`read_records(..., skipped=)`)."""
+    return [f"{path}: skipped {count} line{'s' * (count != 1)} that {'is' if count == 1 else 'are'}"
+            f" not a compare record (first: line {first}: {why})"
+            for path, (count, first, why) in sorted(skipped.items())]
+
+
+def read_records(path, skipped: dict | None = None, check: bool = False) -> list[dict]:
+    """Every complete JSON-object line of one JSON-lines file (a torn last line is ignored).
+
+    Lines that are not UTF-8, not JSON, nested too deeply or not an object are left out
+    (with `check`, also objects `check_record` rejects), counted per file in `skipped`.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    if not path.is_file():
+        raise ValueError(f"records: {path} is not a regular file")
+    records = []
+    for number, record, why in _json_lines(path):
+        if why is None:
+            why = check_record(record) if check else \
+                (None if isinstance(record, dict) else check_record(record))
+        if why is not None:
+            _note_skip(skipped, path, number, why)
+            continue
+        records.append(record)
     return records
 
 
-def load_records(folder) -> list[dict]:
-    """All records under `folder` (every *.jsonl, recursively, or one file), one per key.
+def load_records(folder, skipped: dict | None = None) -> list[dict]:
+    """All compare records under `folder` (every *.jsonl, recursively, or one file), one per
+    key; lines that are not compare records (other JSON-lines files such as a training
+    history or a best-known store, garbled lines) are left out and counted in `skipped`.
 
     Where one key appears twice (two folders merged), an `ok` record wins over a failed one.
     """
@@ -323,12 +462,14 @@ def load_records(folder) -> list[dict]:
     if folder.is_file():
         files = [folder]
     elif folder.is_dir():
-        files = sorted(folder.rglob("*.jsonl"))
+        files = sorted(p for p in folder.rglob("*.jsonl") if p.is_file())
+    elif folder.exists():
+        raise ValueError(f"results: {folder} is neither a folder nor a regular file")
     else:
         raise ValueError(f"results: {folder} does not exist")
     by_key: dict[tuple, dict] = {}
     for path in files:
-        for record in read_records(path):
+        for record in read_records(path, skipped, check=True):
             key = record_key(record)
             old = by_key.get(key)
             if old is None or (old.get("status") != "ok" and record.get("status") == "ok"):
@@ -402,6 +543,7 @@ def _run_inline(tasks, graphs, write) -> None:
 def _run_pool(tasks, graphs, write, workers: int, entries: dict) -> None:
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     threads = max(1, (os.cpu_count() or 1) // workers)
     context = multiprocessing.get_context("spawn")  # numba's threads and fork do not mix
@@ -429,9 +571,16 @@ def _run_pool(tasks, graphs, write, workers: int, entries: dict) -> None:
                 task = pending.pop(future)
                 try:
                     record = future.result()
-                except Exception as exc:  # the worker itself died (e.g. killed for memory)
-                    raise RuntimeError(f"a worker process died while running {task.method} on "
-                                       f"{task.graph} ({exc}); rerun to resume") from exc
+                except BrokenProcessPool:  # the worker itself died (killed, out of memory)
+                    in_flight = [task] + [t for f, t in pending.items() if f is not future]
+                    raise WorkerDied(
+                        f"a worker process died (killed, or out of memory) with "
+                        f"{len(in_flight)} run{'s' * (len(in_flight) != 1)} in flight, e.g. "
+                        f"{task.method} on {task.graph} seed {task.seed} ({task.devices} "
+                        f"devices, budget {task.budget}); the records written so far are "
+                        f"kept: rerun the same command to resume") from None
+                except Exception as exc:  # the result did not travel back (e.g. pickling)
+                    record = run_task_failed(task, exc)
                 write(record)
                 submit_next()
     except BaseException:  # Ctrl-C or a dead worker: do not wait for the queued runs
@@ -494,6 +643,7 @@ class RunSummary:
     ran: int = 0
     failed: int = 0
     failures: list = field(default_factory=list)  # (method, graph, error) of new failures
+    skipped_lines: list = field(default_factory=list)  # sentences: unusable lines left out
 
 
 def run_experiment(methods: Sequence[str], graphs, out, *, seeds=3, budgets=5000, devices=2,
@@ -524,9 +674,11 @@ def run_experiment(methods: Sequence[str], graphs, out, *, seeds=3, budgets=5000
     path = out / RECORDS_FILE
     writer = _RecordWriter(path)
     try:
-        done = {record_key(r) for r in read_records(path)}
+        unusable: dict = {}  # a garbled line's run is simply run again
+        done = {record_key(r) for r in read_records(path, unusable, check=True)}
         todo = [t for t in tasks if t.key() not in done]
-        summary = RunSummary(str(path), total=len(tasks), skipped=len(tasks) - len(todo))
+        summary = RunSummary(str(path), total=len(tasks), skipped=len(tasks) - len(todo),
+                             skipped_lines=skipped_lines(unusable))
         graphs_by_fp = {}
         for entry in entries:
             if entry.fingerprint not in graphs_by_fp and any(

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from regal.decode import decode, encode, num_genes
+from regal.decode import decode, encode, num_genes, respect_colocation
 from regal.graph import ComputationGraph
 from regal.sim import DeviceSpec
 
@@ -47,6 +47,9 @@ class Problem:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective: expected one of {', '.join(OBJECTIVES)}, "
                              f"got {self.objective!r}")
+        if self.graph.has_pins:  # a pin must name one of these devices
+            from regal.graph import check_pins
+            check_pins(self.graph.names, self.graph.pinned, self.devices.count)
 
     @property
     def num_genes(self) -> int:
@@ -148,6 +151,7 @@ def single_device(problem: Problem) -> Solution:
     """Trivial reference: every op on device 0, run in topological order."""
     priority = _topological_priority(problem.graph)
     placement = np.zeros(problem.graph.num_nodes, dtype=np.int32)
+    placement = respect_colocation(problem.graph, placement)  # pinned groups go to their pin
     return _scored(problem, placement, priority, priority, method="single-device")
 
 
@@ -157,6 +161,7 @@ def round_robin(problem: Problem) -> Solution:
     priority = _topological_priority(graph)
     placement = np.empty(graph.num_nodes, dtype=np.int32)
     placement[graph.topo_order] = np.arange(graph.num_nodes) % problem.devices.count
+    placement = respect_colocation(graph, placement)  # a group where most of its bytes are
     return _scored(problem, placement, priority, priority, method="round-robin")
 
 
@@ -240,6 +245,7 @@ METHODS: dict[str, Callable | str] = {
     "m-topo": "baselines.m_topo:solve",
     "m-etf": "baselines.m_etf:solve",
     "regal": "regal.regal_method:solve_regal",
+    "seeded-brkga": "baselines.seeded_brkga:solve",
 }
 
 
@@ -274,7 +280,12 @@ def _accepts(function: Callable, name: str) -> bool:
 
 
 def solve(method_name: str, problem: Problem, budget: int, seed: int = 0, **options) -> Solution:
-    """Runs one method and returns its answer re-scored by the simulator."""
+    """Runs one method and returns its answer re-scored by the simulator.
+
+    An answer that splits a colocation group or breaks a pin is projected first
+    (`regal.decode.respect_colocation`), and `extra["colocation_repaired"]` records how many
+    ops that moved (0 when it conformed; absent for graphs without constraints).
+    """
     method = get_method(method_name)
     if options.get("progress") is not None and not _accepts(method, "progress"):
         options.pop("progress")
@@ -283,8 +294,12 @@ def solve(method_name: str, problem: Problem, budget: int, seed: int = 0, **opti
     start = time.perf_counter()
     found = method(problem, budget, seed, **options)
     wall_time = time.perf_counter() - start
-    rescored = score(problem, found.placement, found.priority, found.transfer_priority)
+    placement = found.placement
     extra = dict(found.extra)
+    if problem.graph.constrained:
+        placement = respect_colocation(problem.graph, np.asarray(found.placement))
+        extra["colocation_repaired"] = int((placement != np.asarray(found.placement)).sum())
+    rescored = score(problem, placement, found.priority, found.transfer_priority)
     if not np.isclose(found.value, rescored["value"], rtol=1e-12, atol=0.0):
         extra["reported_value"] = float(found.value)
     return Solution(**rescored, evaluations=int(found.evaluations), wall_time=wall_time,
@@ -348,21 +363,62 @@ def solution_record(problem: Problem, solution: Solution, budget: int,
 
 
 def read_solution(record: dict, problem: Problem) -> Solution:
-    """A solution.json record -> Solution re-scored on `problem` (checks the graph hash)."""
-    graph = problem.graph
-    if record.get("graph", {}).get("fingerprint") != graph.fingerprint():
+    """A solution.json record -> Solution re-scored on `problem` (checks the graph hash).
+
+    The record may have been edited by hand: every field used is checked, and a bad one is a
+    ValueError naming the op (by name) and the field, never a TypeError or a silent cast.
+    """
+    import math
+
+    def is_int(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    def is_number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            math.isfinite(value)
+
+    graph, count = problem.graph, problem.devices.count
+    if not isinstance(record, dict):
+        raise ValueError(f"solution: expected a JSON object, got {type(record).__name__}")
+    about = record.get("graph")
+    if not isinstance(about, dict) or about.get("fingerprint") != graph.fingerprint():
         raise ValueError("solution: graph fingerprint differs from the graph given")
-    ops = record["ops"]
-    missing = [name for name in graph.names if name not in ops]
+    ops = record.get("ops")
+    if not isinstance(ops, dict):
+        raise ValueError("solution: 'ops': expected an object of op name -> entry")
+    names = [str(name) for name in graph.names]
+    missing = [name for name in names if name not in ops]
     if missing:
         raise ValueError(f"solution: op {missing[0]!r} has no entry")
-    rows = [ops[name] for name in graph.names]
+    rows = []
+    for name in names:
+        row = ops[name]
+        if not isinstance(row, dict):
+            raise ValueError(f"solution: op {name!r}: expected an object with device, "
+                             f"priority and transfer_priority, got {row!r:.40}")
+        device = row.get("device")
+        if not is_int(device) or not 0 <= device < count:
+            raise ValueError(f"solution: op {name!r}: 'device': expected an integer in "
+                             f"0..{count - 1}, got {device!r:.40}")
+        for key in ("priority", "transfer_priority"):
+            if not is_number(row.get(key)):
+                raise ValueError(f"solution: op {name!r}: {key!r}: expected a finite number, "
+                                 f"got {row.get(key)!r:.40}")
+        rows.append(row)
+    result = record.get("result", {})
+    evaluations = result.get("evaluations", 0) if isinstance(result, dict) else None
+    if not is_int(evaluations) or evaluations < 0:
+        raise ValueError(f"solution: 'result': expected an object with a whole number of "
+                         f"evaluations, got {result!r:.40}")
+    method, seed = record.get("method", ""), record.get("seed")
+    if not isinstance(method, str) or not (seed is None or is_int(seed)):
+        raise ValueError(f"solution: 'method' must be text and 'seed' an integer or null, got "
+                         f"{method!r:.40} and {seed!r:.40}")
     placement = np.array([r["device"] for r in rows], dtype=np.int32)
-    priority = np.array([r["priority"] for r in rows])
-    transfer = np.array([r["transfer_priority"] for r in rows])
-    return _scored(problem, placement, priority, transfer, method=record.get("method", ""),
-                   seed=record.get("seed"),
-                   evaluations=record.get("result", {}).get("evaluations", 0))
+    priority = np.array([r["priority"] for r in rows], dtype=np.float64)
+    transfer = np.array([r["transfer_priority"] for r in rows], dtype=np.float64)
+    return _scored(problem, placement, priority, transfer, method=method, seed=seed,
+                   evaluations=evaluations)
 
 
 # ---------------------------------------------------------------------------

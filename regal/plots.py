@@ -12,6 +12,19 @@ import numpy as np
 __all__ = ["plot_solution", "plot_trace", "plot_method_bars"]
 
 
+_FORMATS = ("png", "pdf", "svg")
+
+
+def _save(fig, path) -> None:
+    """Writes exactly `path` (matplotlib would add '.png' to a name without a suffix, and
+    the caller would then name a file that does not exist): the format follows a known
+    suffix, else PNG."""
+    from pathlib import Path
+
+    suffix = Path(path).suffix.lower().lstrip(".")
+    fig.savefig(path, dpi=110, format=suffix if suffix in _FORMATS else "png")
+
+
 def _figure_modules():
     import matplotlib
     matplotlib.use("Agg")
@@ -66,7 +79,7 @@ def plot_trace(tr, devices, path, title: str | None = None) -> None:
     ax_gantt.set_xlabel("time (us)")
     ax_gantt.set_xlim(0, end)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -105,5 +118,5 @@ def plot_method_bars(rows, path, title: str | None = None,
     axes[1].set_xticks(x, [f"{m}{'*' if o != '{}' else ''}\n{b:,}" for m, b, o in labels],
                        fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)

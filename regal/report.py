@@ -46,6 +46,14 @@ def baseline_name(baseline: tuple[str, int] = BASELINE) -> str:
     return f"{method.upper()}-{size}"
 
 
+def _name(record) -> str:
+    """'brkga on g1 seed 0', as far as the record says."""
+    if not isinstance(record, dict):
+        return "not an object"
+    return f"{record.get('method')!s:.40} on {record.get('graph')!s:.40} seed " \
+           f"{record.get('seed')!s:.20}"
+
+
 def _setting(record: dict) -> tuple:
     return (record["objective"], int(record["devices"]), record.get("memory_limit"))
 
@@ -56,10 +64,14 @@ def _mean(values: Iterable[float]) -> float | None:
 
 
 def _relative(numer_base: float, numer_sub: float, denom: float) -> float | None:
-    """(numer_base - numer_sub) / denom, or None where denom is 0 (nothing to compare to)."""
+    """(numer_base - numer_sub) / denom, or None where that means nothing: denom is 0, or
+    infinite values (the makespan of runs over a memory limit) leave no ratio."""
+    if numer_base == numer_sub:
+        return 0.0
     if denom == 0:
-        return 0.0 if numer_base == numer_sub else None
-    return (numer_base - numer_sub) / denom
+        return None
+    ratio = (numer_base - numer_sub) / denom
+    return None if math.isnan(ratio) else ratio
 
 
 def _wilcoxon(base: list[float], mine: list[float]) -> float | None:
@@ -97,9 +109,17 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
 
     The baseline is `baseline` = (method, budget) run with default options. `best_known`
     maps a store key (`regal.bestknown.entry_key`) to the best-known value; `bounds` maps
-    (devices, fingerprint) to a valid lower bound on the peak memory.
+    (devices, fingerprint) to a valid lower bound on the peak memory. A record that
+    `regal.harness.check_record` rejects is a ValueError naming it (`load_records` never
+    returns one).
     """
+    from regal.harness import check_record
+
     records = list(records)
+    for index, r in enumerate(records):
+        why = check_record(r)
+        if why is not None:
+            raise ValueError(f"records: record {index} ({_name(r)}): {why}")
     best_known = best_known or {}
     bounds = bounds or {}
     best: dict[tuple, float] = {}             # (setting, fingerprint) -> best value ever
@@ -291,7 +311,8 @@ def best_known_values(stores=None) -> dict:
         if not Path(path).is_file():
             raise ValueError(f"best-known store {path}: no such file")
         for key, entry in load_store(path)[0].items():
-            values[key] = min(values.get(key, math.inf), entry.value)
+            if math.isfinite(entry.value) and entry.value >= 0:  # a size or a time
+                values[key] = min(values.get(key, math.inf), entry.value)
     return values
 
 
@@ -307,6 +328,8 @@ def lower_bounds(records: list[dict]) -> dict:
             wanted[r["graph_path"]].add((int(r["devices"]), r["fingerprint"]))
     out = {}
     for path, keys in wanted.items():
+        if not Path(path).is_file():  # moved, or not a regular file (a pipe would block)
+            continue
         try:
             graph = load_graph(path)
         except (OSError, ValueError):
@@ -323,12 +346,15 @@ def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
     """Reads every record under `results` (those `keep(record)` accepts, if given); writes
     table.md, table.csv and a bar chart per setting into `out` (default: `results`).
     `best_known`: store files (default: the shipped stores under data/bestknown/).
-    Returns {"markdown": text, "rows": [...], "files": [...]}."""
-    from regal.harness import load_records
+    Returns {"markdown": text, "rows": [...], "files": [...], "skipped": [sentence per
+    file with lines that are not compare records]}."""
+    from regal.harness import load_records, skipped_lines
 
-    records = [r for r in load_records(results) if keep is None or keep(r)]
+    skipped: dict = {}  # lines that are not compare records: said once per file
+    records = [r for r in load_records(results, skipped) if keep is None or keep(r)]
     if not records:
-        raise ValueError(f"results: no records (*.jsonl) under {results}")
+        why = "" if not skipped else f" ({skipped_lines(skipped)[0]})"
+        raise ValueError(f"results: no records (*.jsonl) under {results}{why}")
     rows = summarize(records, baseline, best_known=best_known_values(best_known),
                      bounds=lower_bounds(records) if bounds else None)
     out = Path(results if out is None else out)
@@ -351,4 +377,5 @@ def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
             plot_method_bars(part, path, title=_setting_title(*setting),
                              baseline_label=baseline_name(baseline))
             files.append(path)
-    return {"markdown": markdown, "rows": rows, "files": [str(f) for f in files]}
+    return {"markdown": markdown, "rows": rows, "files": [str(f) for f in files],
+            "skipped": skipped_lines(skipped)}

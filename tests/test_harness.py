@@ -304,3 +304,146 @@ def test_cli_compare_and_exit_codes(graph_dir, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| brkga | 100 | 2 |" in printed and (out / "table.csv").exists()
     assert main(["report", str(tmp_path / "missing")]) == 2
+
+
+# ---------------------------------------------------------------------------
+# issue 24: readers that meet lines which are not records, and a worker killed with -9
+
+
+def _good_record(**changes) -> dict:
+    record = dict(method="random", dataset="d", graph="g", fingerprint="fp", seed=0,
+                  budget=100, devices=2, memory_limit=None, objective="peak_memory",
+                  options="{}", status="ok", value=10.0, peak=[10, 4], feasible=True,
+                  evaluations=100, wall_time=0.5)
+    record.update(changes)
+    return record
+
+
+BAD_LINES = [  # (line bytes, a word the reason must hold)
+    (b"42", "number"), (b"[]", "array"), (b"null", "null"), (b'"text"', "string"),
+    (b"{}", "no 'method'"),
+    (json.dumps(_good_record(method=None)).encode(), "'method'"),
+    (json.dumps(_good_record(method=["a"])).encode(), "'method'"),
+    (json.dumps(_good_record(devices=[2])).encode(), "'devices'"),
+    (json.dumps(_good_record(devices=10**9)).encode(), "'devices'"),
+    (json.dumps(_good_record(seed=True)).encode(), "'seed'"),
+    (json.dumps(_good_record(memory_limit=2**70)).encode(), "'memory_limit'"),
+    (json.dumps(_good_record(options="[1")).encode(), "'options'"),
+    (json.dumps(_good_record(value=None)).encode(), "'value'"),
+    (json.dumps(_good_record(value=-1.0)).encode(), "'value'"),
+    (json.dumps(_good_record(value=float("nan"))).encode(), "'value'"),
+    (b'{"value": 1e400}', "no 'method'"),
+    (json.dumps(_good_record(feasible=False)).encode(), "'feasible'"),
+    (json.dumps(_good_record(memory_limit=5)).encode(), "'feasible'"),  # 10 B peak > 5 B
+    (json.dumps(_good_record(peak=[1])).encode(), "'peak'"),
+    (b"[" * 100_000, "nested too deeply"),
+    (b'{"method": "\xff"}', "not UTF-8"),
+    (b'{"method": ', "not JSON"),
+    (b"1" * 5000, "not JSON"),  # an integer Python refuses to read (> 4300 digits)
+]
+
+
+@pytest.mark.parametrize("line, why", BAD_LINES)
+def test_lines_that_are_not_records_are_skipped_and_named(tmp_path, line, why):
+    path = tmp_path / "records.jsonl"
+    good = _good_record()
+    path.write_bytes(json.dumps(good).encode() + b"\n" + line + b"\n" +
+                     json.dumps(_good_record(seed=1)).encode() + b"\n")
+    skipped: dict = {}
+    records = harness.load_records(tmp_path, skipped)
+    assert sorted(r["seed"] for r in records) == [0, 1]
+    assert list(skipped) == [str(path)] and skipped[str(path)][:2] == [1, 2]
+    (sentence,) = harness.skipped_lines(skipped)
+    assert str(path) in sentence and "line 2" in sentence and why in sentence, sentence
+    assert harness.check_record(good) is None
+
+
+def test_record_key_of_a_foreign_object_is_hashable():
+    key = harness.record_key({"method": ["a"], "seed": {"b": 1}})
+    assert hash(key) and key[0] == '["a"]'
+
+
+def test_a_records_folder_only_reads_regular_jsonl_files(tmp_path):
+    (tmp_path / "dir.jsonl").mkdir()  # a folder named like a records file
+    os.mkfifo(tmp_path / "pipe.jsonl")  # opening a pipe would block forever
+    (tmp_path / "records.jsonl").write_text(json.dumps(_good_record()) + "\n")
+    assert len(harness.load_records(tmp_path)) == 1
+    with pytest.raises(ValueError, match="neither a folder nor a regular file"):
+        harness.load_records(tmp_path / "pipe.jsonl")
+
+
+def test_compare_resumes_past_garbled_lines(graph_dir, tmp_path, capsys):
+    """An invalid UTF-8 line and foreign lines in records.jsonl: the rerun says so once,
+    runs again exactly the runs whose lines were lost, and the table is complete."""
+    out = tmp_path / "res"
+    argv = ["compare", "--methods", "random", "--graphs", str(graph_dir), "--out", str(out),
+            "--budget", str(BUDGET), "--seeds", "2", "--limit", "2", "--workers", "1",
+            "--quiet"]
+    assert main(argv) == 0
+    path = out / harness.RECORDS_FILE
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 4
+    lost = json.loads(lines[1])
+    garbled = lines[1].replace(b'"status"', b'"st\xffatus"')
+    path.write_bytes(lines[0] + b"42\n" + garbled + b"".join(lines[2:]) + b"[]\n")
+    capsys.readouterr()
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "1 runs done, 3 already recorded, 0 failed" in captured.out
+    assert captured.err.count("regal: warning:") == 1  # once per file, with the first line
+    assert f"{path}: skipped 3 lines" in captured.err and "line 2" in captured.err
+    records = harness.load_records(out)
+    assert len(records) == 4
+    redone = [r for r in records if harness.record_key(r) == harness.record_key(lost)]
+    assert len(redone) == 1 and redone[0]["value"] == lost["value"]  # same seed, same run
+
+
+_SIGKILL_MARK = "REGAL_TEST_SIGKILL_MARK"
+
+
+def dies_once(problem, budget, seed):
+    """Kills its own worker process with SIGKILL the first time it runs anywhere."""
+    mark = Path(os.environ[_SIGKILL_MARK])
+    try:
+        mark.touch(exist_ok=False)
+    except FileExistsError:
+        return optimizers.solve_random(problem, budget, seed)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_killed_worker_is_one_line_and_the_rerun_resumes(graph_dir, tmp_path, capsys,
+                                                         monkeypatch):
+    monkeypatch.setenv(_SIGKILL_MARK, str(tmp_path / "killed-once"))
+    optimizers.register("test-dies-once", dies_once)
+    try:
+        out = tmp_path / "res"
+        argv = ["compare", "--methods", "test-dies-once", "--graphs", str(graph_dir),
+                "--out", str(out), "--budget", str(BUDGET), "--seeds", "2", "--workers", "2",
+                "--quiet"]
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert "worker process died" in err and "test-dies-once on " in err
+        assert "rerun" in err
+        assert main(argv) == 0
+        records = harness.load_records(out)
+        assert len(records) == 8 and all(r["status"] == "ok" for r in records)
+    finally:
+        optimizers.METHODS.pop("test-dies-once", None)
+
+
+def test_infeasible_makespan_records_are_records(graph_dir, tmp_path, capsys):
+    """Under a memory limit nothing fits, the makespan is infinite: such a record is valid,
+    so a rerun skips it (it must not run again, nor be called garbage)."""
+    argv = ["compare", "--methods", "random", "--graphs", str(graph_dir), "--out",
+            str(tmp_path / "res"), "--budget", str(BUDGET), "--seeds", "1", "--limit", "2",
+            "--objective", "makespan", "--memory-limit", "0", "--workers", "1", "--quiet"]
+    assert main(argv) == 0
+    records = harness.load_records(tmp_path / "res")
+    assert len(records) == 2 and all(r["value"] == float("inf") and not r["feasible"]
+                                     for r in records)
+    capsys.readouterr()
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "0 runs done, 2 already recorded" in captured.out and captured.err == ""
+    assert harness.check_record(dict(records[0], feasible=True)) is not None  # inf: infeasible

@@ -161,3 +161,70 @@ def test_best_known_store_bounds_and_paired_statistics():
     assert m1["no_best_known"] == 1  # g3 has no store entry
     text = report.to_markdown(rows)
     assert "entries for 2 of 3 graphs" in text and "gap to lower bound" in text
+
+
+# ---------------------------------------------------------------------------
+# issue 24: foreign and garbled JSON lines never break the report nor change its numbers
+
+
+def test_foreign_jsonl_files_leave_the_table_unchanged(tmp_path, capsys):
+    from pathlib import Path
+    clean, messy = tmp_path / "clean", tmp_path / "messy"
+    for folder in (clean, messy):
+        folder.mkdir()
+        (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    store = Path(report.__file__).resolve().parent.parent / "data" / "bestknown"
+    (messy / "run").mkdir()
+    (messy / "run" / "history.jsonl").write_text(  # a `regal train` run's history
+        '{"step": 1, "loss": 0.5, "wall_time": 1.0}\n{"step": 2, "loss": 0.4}\n')
+    (messy / "notes.jsonl").write_text('{"note": "rerun on Monday"}\n')
+    (messy / "store.jsonl").write_bytes(next(store.glob("*.jsonl")).read_bytes())
+    with open(messy / "records.jsonl", "ab") as f:
+        f.write(b'42\n{"objective": "peak_memory"}\n\xff\xfe\n' + b"[" * 100_000 + b"\n")
+    assert main(["report", str(clean), "--no-chart", "--no-bounds"]) == 0
+    want = capsys.readouterr()
+    assert want.err == ""
+    assert main(["report", str(messy), "--no-chart", "--no-bounds"]) == 0
+    got = capsys.readouterr()
+    assert got.out.split("wrote")[0] == want.out.split("wrote")[0]
+    warnings = got.err.splitlines()
+    assert len(warnings) == 4 and all(w.startswith("regal: warning: ") for w in warnings)
+    for name, count in (("history.jsonl", "2 lines"), ("notes.jsonl", "1 line "),
+                        ("store.jsonl", "lines"), ("records.jsonl", "4 lines")):
+        (line,) = [w for w in warnings if f"{name}: skipped" in w]
+        assert count in line and "line 1" in line or name == "records.jsonl"
+    assert f"records.jsonl: skipped 4 lines" in got.err and "(first: line 15:" in got.err
+
+
+def test_only_foreign_files_is_an_error_naming_one(tmp_path, capsys):
+    (tmp_path / "history.jsonl").write_text('{"step": 1}\n')
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "history.jsonl: skipped 1 line" in err
+
+
+@pytest.mark.parametrize("change, why", [
+    (dict(devices=[2]), "'devices'"), (dict(value=float("inf")), "'value'"),
+    (dict(options=None), "'options'"), (dict(objective="speed"), "'objective'"),
+])
+def test_summarize_names_a_bad_record(change, why):
+    records = RECORDS[:3] + [dict(RECORDS[3], **change)]
+    with pytest.raises(ValueError, match=f"record 3 .*{why}"):
+        report.summarize(records)
+
+
+
+def test_infeasible_makespans_give_no_nan():
+    """Over a memory limit the makespan is infinite: equal infinities are 0 % apart, an
+    infinite baseline leaves no ratio ('-'), never NaN."""
+    def infeasible(graph, method, value):
+        return dict(rec("A", graph, method, 5000, 0, value), objective="makespan",
+                    memory_limit=0, feasible=value != float("inf"))
+    records = [infeasible("g1", "brkga", float("inf")), infeasible("g1", "m1", float("inf")),
+               infeasible("g2", "brkga", float("inf")), infeasible("g2", "m1", 50.0)]
+    rows = report.summarize(records)
+    m1 = row(rows, "A", "m1")
+    assert m1["gap_pct"] == 0.0  # g1: inf vs best inf -> 0; g2: 50 is the best -> 0
+    assert m1["improvement_pct"] == 0.0  # g1: 0; g2: inf -> 50 has no ratio, left out
+    assert row(rows, "A", "brkga")["gap_pct"] == float("inf")  # g2: infeasible, best 50
+    assert "nan" not in report.to_markdown(rows) + report.to_csv(rows)
