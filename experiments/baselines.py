@@ -1,4 +1,4 @@
-"""The baseline comparison (issue 5, DESIGN §7): every method on the synthetic test split and
+"""The baseline comparison (issue 5, docs/design.md §7): every method on the synthetic test split and
 on the real graph set, through the resumable harness, then Table 1.
 
     .venv/bin/python experiments/baselines.py --quick     # a few minutes: small subsets
@@ -85,6 +85,7 @@ def main(argv=None) -> int:
     parser.add_argument("--real-dir", default=str(ROOT / "data" / "real"))
     parser.add_argument("--real-pattern", help="only real graphs whose name contains this")
     parser.add_argument("--seeds", type=int)
+    parser.add_argument("--devices", default="2", help="device counts, e.g. 2,4 (default 2)")
     parser.add_argument("--budget", type=int)
     parser.add_argument("--long-budget", type=int,
                         help="one long brkga run per graph for the best-known value (0: none)")
@@ -112,7 +113,9 @@ def main(argv=None) -> int:
         print(f"not registered yet, skipped: {', '.join(missing)}")
     if "brkga" not in methods:
         raise SystemExit("brkga is the baseline of every table; it must be among the methods")
-    datasets = {"synth_test": synth_folder(config["synth"], runs / "graphs")}
+    devices = [int(x) for x in args.devices.split(",") if x.strip()]
+    datasets = {"synth_test": synth_folder(config["synth"], runs / "graphs")} \
+        if config["synth"] else {}
     real = real_folder(Path(args.real_dir), config["real_pattern"], config["real_max_ops"],
                        runs / "graphs")
     if real is None:
@@ -123,7 +126,7 @@ def main(argv=None) -> int:
           + ", ".join(f"{k} ({len(list(v.glob('*.npz')))} graphs)" for k, v in datasets.items()))
 
     options = {"cpsat": {"time_limit": config["cpsat_time_limit"]}} if "cpsat" in methods else {}
-    common = dict(devices=2, objectives="peak_memory", workers=args.workers, ray=args.ray)
+    common = dict(devices=devices, objectives="peak_memory", workers=args.workers, ray=args.ray)
     summary = run_experiment(methods, datasets, runs, seeds=config["seeds"],
                              budgets=config["budget"], method_options=options, **common)
     print(f"main grid: {summary.ran} ran, {summary.skipped} already recorded, "

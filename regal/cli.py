@@ -358,9 +358,11 @@ def cmd_train(args) -> int:
 
 def cmd_apply(args) -> int:
     _check_output("--out", args.out, folder=True)  # before TensorFlow is paid for
+    from regal.io.solution import read_solution_file
+    solution = read_solution_file(args.solution)  # a bad file: one line, before TensorFlow
     from regal.measure import apply_solution
 
-    result = apply_solution(args.model, args.solution, args.out, batch_size=args.batch,
+    result = apply_solution(args.model, solution, args.out, batch_size=args.batch,
                             training=args.training, kind=args.device_type,
                             device_format=args.device_format)
     print(f"applied {args.solution}: {result['control_edges']} control edges chain each "
@@ -380,9 +382,11 @@ def cmd_measure(args) -> int:
     import json
 
     _check_output("--json", args.json)  # before TensorFlow is paid for
+    from regal.io.solution import read_solution_file
+    solution = read_solution_file(args.solution)  # a bad file: one line, before TensorFlow
     from regal.measure import measure
 
-    result = measure(args.model, args.solution, args.devices, batch_size=args.batch,
+    result = measure(args.model, solution, args.devices, batch_size=args.batch,
                      training=args.training, kind=args.device_type, runs=args.runs,
                      seed=args.seed)
     print("\n".join(result.lines()))
@@ -440,8 +444,21 @@ def cmd_bounds(args) -> int:
 # parser
 
 
+def _version() -> str:
+    from regal.harness import software_version
+    return software_version()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="regal", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="regal",
+        description="Place and schedule the ops of a computation graph (a TensorFlow model or "
+                    "a graph file) on several devices, so that the busiest device's peak memory "
+                    "is as low as possible, or the step time under per-device memory limits.",
+        epilog="Start with `regal optimize GRAPH --devices 4`; `regal COMMAND --help` for "
+               "each command. Exit codes: 0 ok, 2 bad input (one line says what), 3 no "
+               "solution within the memory limits.")
+    parser.add_argument("--version", action="version", version=f"regal {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     data = sub.add_parser("data", help="graph sets: inspect, generate, build")

@@ -1,4 +1,4 @@
-"""Chromosome layout and decoding (DESIGN §5, SIM_RULES 12-13).
+"""Chromosome layout and decoding (docs/design.md §5, SIM_RULES 12-13).
 
 For `n` ops and `d` devices a chromosome holds `n * (d + 2)` keys in [0, 1]:
 

@@ -1,4 +1,4 @@
-"""The computation-graph data model (DESIGN §3).
+"""The computation-graph data model (docs/design.md §3).
 
 A `ComputationGraph` is a named tuple of read-only numpy arrays, built once by
 `build_graph` (which validates everything) and shared by every consumer: the
@@ -16,12 +16,20 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["ComputationGraph", "GraphError", "GraphBuilder", "build_graph", "summarize",
+__all__ = ["ComputationGraph", "GraphError", "GraphBuilder", "build_graph", "summarize", "MAX_BYTES",
            "group_leaders", "check_constraints", "check_pins", "spread_pins", "with_constraints"]
 
 
 class GraphError(ValueError):
     """An invalid graph; the message names the offending op, tensor or field."""
+
+
+# What a graph may hold: every byte count, every per-graph byte total (and all of them
+# together), and the total compute cost. One device's peak memory is at most the sum of
+# all three totals, so every byte figure the simulator, bounds and summaries form stays
+# exact in int64 (2**63 - 1) and no time figure can reach infinity.
+MAX_BYTES = 2**62
+MAX_TOTAL_COST = 2.0**62  # microseconds (about 146,000 years)
 
 
 class ComputationGraph(NamedTuple):
@@ -51,7 +59,7 @@ class ComputationGraph(NamedTuple):
     pred_ptr: np.ndarray           # [n+1] int32
     pred: np.ndarray               # unique predecessors (data + control), ascending
     topo_order: np.ndarray         # [n] int32
-    # placement constraints (DESIGN §3): ops of one colocation group run on one device
+    # placement constraints (docs/design.md §3): ops of one colocation group run on one device
     colocation: np.ndarray         # [n] int32 group leader = lowest op id of v's group (a free op: v)
     pinned: np.ndarray             # [n] int32 device the group is pinned to, or -1 (same on every member)
 
@@ -212,6 +220,59 @@ def _as(name: str, values, dtype, length: int | None, what: str) -> np.ndarray:
     return arr
 
 
+def _byte_counts(name: str, values, length: int, labels, kind: str) -> np.ndarray:
+    """Byte counts as int64, each in 0..MAX_BYTES. Integers are read exactly (an int64
+    above 2**53 must not round through a float, nor a uint64 wrap); floats truncate."""
+    raw = np.asarray(values)
+    exact = raw.dtype.kind in "iub"
+    arr = _as(name, raw, np.float64 if not exact or raw.dtype.kind == "u" else np.int64,
+              length, kind)
+    bad = ~(arr >= 0)  # catches NaN too
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise GraphError(f"{kind} {labels(i)}: {name} must be a non-negative number, got {arr[i]}")
+    if not exact and not np.isfinite(arr).all():
+        i = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise GraphError(f"{kind} {labels(i)}: {name} must be finite, got {arr[i]}")
+    big = (raw > MAX_BYTES) if exact else (arr > MAX_BYTES)  # unsigned compares unwrapped
+    if big.any():
+        i = int(np.flatnonzero(big)[0])
+        value = int(raw[i]) if exact else arr[i]
+        raise GraphError(f"{kind} {labels(i)}: {name} is {value} bytes, more than "
+                         f"the 2**62 a graph may hold")
+    return (raw if exact else arr).astype(np.int64)
+
+
+def _exact_sum(arr: np.ndarray) -> int:
+    """The exact sum of int64 counts each <= MAX_BYTES (numpy's would wrap)."""
+    if not len(arr):
+        return 0
+    if float(arr.sum(dtype=np.float64)) < 2.0**61:  # far from int64's edge: numpy is exact
+        return int(arr.sum())
+    return sum(arr.tolist())
+
+
+def _check_totals(fields) -> None:
+    """Each per-graph byte total and their grand total <= MAX_BYTES; the message names the
+    field and the op or tensor at which the running total first passes the limit."""
+    grand = 0
+    for name, arr, kind, label in fields:
+        total = _exact_sum(arr)
+        if total > MAX_BYTES:
+            running = 0
+            for i, value in enumerate(arr.tolist()):
+                running += value
+                if running > MAX_BYTES:
+                    break
+            raise GraphError(f"{kind} {label(i)}: the graph's total {name} passes 2**62 "
+                             f"bytes here (in all {total}); a graph may hold at most 2**62")
+        grand += total
+    if grand > MAX_BYTES:
+        raise GraphError(f"the graph holds {grand} bytes in all ("
+                         + " + ".join(f"{_exact_sum(arr)} {name}" for name, arr, _, _ in fields)
+                         + "), more than the 2**62 a graph may hold")
+
+
 def _check_nonnegative(field: str, arr: np.ndarray, labels, kind: str) -> None:
     bad = ~(arr >= 0)  # catches NaN too
     if bad.any():
@@ -259,16 +320,22 @@ def build_graph(
         return repr(str(names_arr[i]))
 
     cost = _as("compute_cost", compute_cost, np.float64, n, "op")
-    temp = _as("temporary_memory", np.zeros(n) if temporary_memory is None else temporary_memory,
-               np.float64, n, "op")
-    pers = _as("persistent_memory", np.zeros(n) if persistent_memory is None else persistent_memory,
-               np.float64, n, "op")
-    for field, arr in (("compute_cost", cost), ("temporary_memory", temp),
-                       ("persistent_memory", pers)):
-        _check_nonnegative(field, arr, op, "op")
-        if not np.isfinite(arr).all():
-            i = int(np.flatnonzero(~np.isfinite(arr))[0])
-            raise GraphError(f"op {op(i)}: {field} must be finite, got {arr[i]}")
+    _check_nonnegative("compute_cost", cost, op, "op")
+    if not np.isfinite(cost).all():
+        i = int(np.flatnonzero(~np.isfinite(cost))[0])
+        raise GraphError(f"op {op(i)}: compute_cost must be finite, got {cost[i]}")
+    with np.errstate(over="ignore"):  # a sum that overflows is inf, which fails the test
+        running = np.cumsum(cost)
+    if not running[-1] <= MAX_TOTAL_COST:
+        i = int(np.searchsorted(running, MAX_TOTAL_COST, side="right"))
+        raise GraphError(f"op {op(min(i, n - 1))}: the graph's total compute_cost passes 2**62 "
+                         f"us here; a graph may hold at most 2**62 us of compute")
+    temp = _byte_counts("temporary_memory",
+                        np.zeros(n, np.int64) if temporary_memory is None else temporary_memory,
+                        n, op, "op")
+    pers = _byte_counts("persistent_memory",
+                        np.zeros(n, np.int64) if persistent_memory is None else persistent_memory,
+                        n, op, "op")
     types = np.asarray([""] * n if op_types is None else list(op_types), dtype=str)
     if len(types) != n:
         raise GraphError(f"field 'op_types': expected one value per op ({n}), got {len(types)}")
@@ -276,7 +343,6 @@ def build_graph(
 
     producer = _as("tensor_producer", tensor_producer, np.int64, None, "tensor")
     t = len(producer)
-    size = _as("tensor_size", tensor_size, np.float64, t, "tensor")
     alias = _as("tensor_alias", np.full(t, -1) if tensor_alias is None else tensor_alias,
                 np.int64, t, "tensor")
     if t:
@@ -293,10 +359,9 @@ def build_graph(
         p = int(producer[i])
         return f"{i} (output of op {op(p)})"
 
-    _check_nonnegative("size", size, tensor, "tensor")
-    if t and not np.isfinite(size).all():
-        i = int(np.flatnonzero(~np.isfinite(size))[0])
-        raise GraphError(f"tensor {tensor(i)}: size must be finite, got {size[i]}")
+    size = _byte_counts("size", tensor_size, t, tensor, "tensor")
+    _check_totals([("temporary_memory", temp, "op", op), ("persistent_memory", pers, "op", op),
+                   ("tensor size", size, "tensor", tensor)])
 
     iptr = _as("input_ptr", input_ptr, np.int64, n + 1, "op plus one")
     itensor = _as("input_tensor", input_tensor, np.int64, None, "data edge")
@@ -351,9 +416,9 @@ def build_graph(
 
     return ComputationGraph(
         names=_ro(names_arr), op_types=_ro(types), compute_cost=_ro(cost),
-        temporary_memory=_ro(temp.astype(np.int64)), persistent_memory=_ro(pers.astype(np.int64)),
+        temporary_memory=_ro(temp), persistent_memory=_ro(pers),
         is_final=_ro(final), tensor_producer=_ro(producer.astype(np.int32)),
-        tensor_size=_ro(size.astype(np.int64)), tensor_alias=_ro(alias.astype(np.int32)),
+        tensor_size=_ro(size), tensor_alias=_ro(alias.astype(np.int32)),
         output_ptr=_ro(output_ptr.astype(np.int32)), input_ptr=_ro(iptr.astype(np.int32)),
         input_tensor=_ro(itensor.astype(np.int32)), control_ptr=_ro(control_ptr),
         control_pred=_ro(control_pred), consumer_ptr=_ro(consumer_ptr), consumer=_ro(consumer),

@@ -1,4 +1,4 @@
-"""Runs methods x graphs x seeds x budgets x devices and stores one record per run (DESIGN §7).
+"""Runs methods x graphs x seeds x budgets x devices and stores one record per run (docs/design.md §7).
 
 Records are JSON lines appended to `<out>/records.jsonl`, flushed and fsynced one by one,
 so a killed experiment loses at most the runs in flight; a rerun skips every key that is
@@ -373,7 +373,7 @@ def check_record(record) -> str | None:
     if not isinstance(feasible, bool):
         return f"'feasible': expected true or false, got {feasible!r:.40}"
     value = record.get("value")
-    # the makespan of a run that overflows a memory limit is infinite (DESIGN: infeasible)
+    # the makespan of a run that overflows a memory limit is infinite (docs/design.md §4: infeasible)
     if not (_is_number(value) and 0 <= value <= 2.0**64) and \
             not (value == math.inf and not feasible):
         return f"'value': expected a finite number in 0..2**64, got {value!r:.40}"

@@ -46,10 +46,12 @@ from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+with regal.tfenv.quiet_native_logs():  # a `regal` command's errors stay one line
+    import tensorflow as tf  # noqa: E402
 
 from regal.graph import ComputationGraph, GraphError  # noqa: E402
 from regal.graph import group_leaders  # noqa: E402
+from regal.io.solution import check_solution_record, read_solution_file  # noqa: E402
 from regal.io.tensorflow import (FORWARDING_OPS, ImportedStep, colocation_pairs,  # noqa: E402,F401
                                  import_step, resolve_model, with_forwarding)
 from regal.sim import DeviceSpec, simulate, trace  # noqa: E402
@@ -144,27 +146,24 @@ def _session_config(kind: str, count: int) -> "tf.compat.v1.ConfigProto":
 
 
 def load_solution_record(solution) -> dict:
-    """A solution.json path or an already-loaded record -> the record."""
-    if isinstance(solution, dict):
-        return solution
-    path = Path(solution)
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"solution {path}: not JSON ({exc})") from None
-    if not isinstance(record, dict) or "ops" not in record:
-        raise ValueError(f"solution {path}: not a regal solution (no 'ops')")
-    return record
+    """A solution.json path or an already-loaded record -> the record, checked field by
+    field (`regal.io.solution`): a hand-edited file is a ValueError naming the file, the
+    op by name and the field, never a traceback or a silent cast."""
+    if isinstance(solution, (str, os.PathLike)):
+        return read_solution_file(solution)
+    check_solution_record(solution)
+    return solution
 
 
 def check_solution(record: dict, graph: ComputationGraph, devices: int | None = None) -> None:
     """Raises ValueError naming the mismatch between a solution record and the graph."""
-    want = record.get("graph", {}).get("fingerprint")
+    check_solution_record(record)
+    want = record["graph"]["fingerprint"]
     have = graph.fingerprint()
     if want != have:
-        source = record.get("graph", {}).get("source") or "?"
+        source = record["graph"].get("source") or "?"
         raise ValueError(f"solution: graph fingerprint mismatch: the solution is for "
-                         f"{want} ({record.get('graph', {}).get('ops')} ops, from {source}), "
+                         f"{want} ({record['graph'].get('ops')} ops, from {source}), "
                          f"the model imports as {have} ({graph.num_nodes} ops); import with "
                          f"the same batch size and --training as the solved graph")
     ops = record["ops"]
@@ -172,8 +171,8 @@ def check_solution(record: dict, graph: ComputationGraph, devices: int | None = 
     if missing:
         raise ValueError(f"solution: {len(missing)} ops of the graph have no entry, e.g. "
                          f"{missing[0]!r}")
-    count = int(record.get("devices", {}).get("count", 0)) or 1
-    used = max(int(ops[name]["device"]) for name in graph.names.tolist()) + 1
+    count = record["devices"]["count"]
+    used = max(ops[name]["device"] for name in graph.names.tolist()) + 1
     if devices is not None and max(count, used) > devices:
         raise ValueError(f"devices: the solution uses {max(count, used)} devices, only "
                          f"{devices} requested/available")
@@ -232,7 +231,7 @@ def place(step: ImportedStep, record: dict, devices: int | None = None) -> Place
     priority = np.array([float(r["priority"]) for r in rows])
     transfer = np.array([float(r["transfer_priority"]) for r in rows])
     spec = record.get("devices", {})
-    count = devices or int(spec.get("count", int(wanted.max()) + 1))
+    count = spec["count"] if devices is None else devices
     kwargs = {k: spec[k] for k in ("bandwidth", "latency") if spec.get(k) is not None}
     device_spec = DeviceSpec(count, **kwargs)
     roots = _colocation_groups(step.ops)
@@ -742,8 +741,8 @@ def measure(model, solution, devices: int | None = None, *, batch_size: int = 1,
     `solution`: a solution.json path or record; `devices`: default the solution's count.
     """
     record = load_solution_record(solution)
-    count = devices or int(record.get("devices", {}).get("count", 1))
-    if isinstance(count, bool) or count < 1:
+    count = record["devices"]["count"] if devices is None else devices
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
         raise ValueError(f"devices: expected an integer >= 1, got {devices!r}")
     kind = configure_devices(count, kind, gpu_memory_mb)
     step = model if isinstance(model, ImportedStep) else import_step(

@@ -1,4 +1,4 @@
-"""Every method behind one interface (DESIGN §6): `solve(method, problem, budget, seed)`.
+"""Every method behind one interface (docs/design.md §6): `solve(method, problem, budget, seed)`.
 
 A method is a function `method(problem, budget, seed, **options) -> Solution`
 (options may include `progress(evaluations, best)`). `METHODS` maps a name to
@@ -189,7 +189,7 @@ def solve_brkga(problem: Problem, budget: int, seed: int, *, population_size: in
                 elite_fraction: float = 0.2, mutant_fraction: float = 0.2, elite_bias=0.7,
                 alpha=None, beta=None, initial=None,
                 progress: Callable[[int, float], None] | None = None) -> Solution:
-    """BRKGA over the chromosome of DESIGN §5 (uniform keys by default: BRKGA-5K is budget=5000).
+    """BRKGA over the chromosome of docs/design.md §5 (uniform keys by default: BRKGA-5K is budget=5000).
 
     The GA's array work runs compiled (`regal.breed`): the same run, bit for bit, as
     brkga's numpy backend, at a fraction of its time."""

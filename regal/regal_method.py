@@ -1,4 +1,4 @@
-"""The `regal` method (DESIGN §6): one GNN forward pass, then BRKGA with the policy's choices.
+"""The `regal` method (docs/design.md §6): one GNN forward pass, then BRKGA with the policy's choices.
 
 The policy picks every op's key distributions (relative to the graph's reference solution,
 `regal.policy.reference`) and elite bias once (greedy by default); BRKGA then searches in
@@ -136,7 +136,7 @@ def search(problem: Problem, budget: int, seed: int, *, population_size: int = 1
            uniform_mutant_fraction: float = 0.0, spent: int = 0,
            progress: Callable[[int, float], None] | None = None) -> Solution:
     """BRKGA over keys in slot space: a chromosome `keys` is scored as `keys[gene_order]`
-    (device space, DESIGN §5); without `gene_order` this is plain `solve_brkga`, draw for draw.
+    (device space, docs/design.md §5); without `gene_order` this is plain `solve_brkga`, draw for draw.
     `spent` evaluations were used before (the reference) and come off `budget` (unless that
     leaves less than one generation; the population then shrinks to what is left, >= 3)."""
     from brkga import BRKGA

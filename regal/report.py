@@ -1,4 +1,4 @@
-"""The paper's Table 1 from harness records (DESIGN §7), as Markdown, CSV and a bar chart.
+"""The paper's Table 1 from harness records (docs/design.md §7), as Markdown, CSV and a bar chart.
 
 Per setting (objective, devices, memory limit) and dataset, for every (method, budget):
 - % improvement over BRKGA-5K: mean over graphs of (obj_brkga5k - obj) / obj_brkga5k;

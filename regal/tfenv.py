@@ -19,3 +19,46 @@ try:  # pragma: no cover - ortools is a hard dependency; keep TF usable without 
     from ortools.sat.python import cp_model as _cp_model  # noqa: F401
 except ImportError:
     pass
+
+import contextlib  # noqa: E402
+import logging  # noqa: E402
+import sys  # noqa: E402
+
+
+def from_cli() -> bool:
+    """True in a `regal` command's process: its errors must be one line (exit 2), so
+    TensorFlow's log lines are kept out of stderr there (REGAL_DEBUG=1 lets them through)."""
+    main = getattr(sys.modules.get("__main__"), "__spec__", None)  # `python -m regal.cli`
+    return ("regal.cli" in sys.modules or getattr(main, "name", None) == "regal.cli") \
+        and not os.environ.get("REGAL_DEBUG")
+
+
+if from_cli():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow loads
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    try:
+        from absl import logging as _absl_logging
+        _absl_logging.set_verbosity(_absl_logging.ERROR)
+    except ImportError:  # pragma: no cover - absl comes with TensorFlow
+        pass
+
+
+@contextlib.contextmanager
+def quiet_native_logs():
+    """In a `regal` command, hides what native code writes straight to file descriptor 2
+    while TensorFlow loads (absl's "before absl::InitializeLog()" notices, the CUDA probe),
+    which TF_CPP_MIN_LOG_LEVEL does not reach. Elsewhere it does nothing."""
+    if not from_cli():
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

@@ -44,8 +44,10 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -134,6 +136,22 @@ class TrainConfig:
             raise ValueError(f"pretrain_steps: expected an integer >= 0, got {self.pretrain_steps!r}")
         if self.pretrain_steps and not self.pretrain_from:
             raise ValueError("pretrain_steps: needs pretrain_from (a best-known store)")
+        # a NaN learning rate trained a policy of NaN weights and exited 0 (issue 24 item 5)
+        for name, bound in (("learning_rate", "> 0"), ("entropy_coef", ">= 0"),
+                            ("clip_norm", "> 0"), ("checkpoint_minutes", "> 0"),
+                            ("max_minutes", "> 0"), ("prior_logit", "")):
+            value = getattr(self, name)
+            if value is None and name == "max_minutes":
+                continue
+            number = not isinstance(value, bool) and isinstance(value, (int, float, np.number))
+            if not (number and math.isfinite(value)
+                    and (bound != "> 0" or value > 0) and (bound != ">= 0" or value >= 0)):
+                raise ValueError(f"{name}: expected a finite number {bound}".rstrip()
+                                 + f", got {value!r}")
+        for name in ("population_size", "hidden", "num_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or int(value) != value or value < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
         if not 0.0 <= float(self.uniform_mutant_fraction) <= 1.0:
             raise ValueError(f"uniform_mutant_fraction: expected a share in [0, 1], got "
                              f"{self.uniform_mutant_fraction!r}")
@@ -588,18 +606,34 @@ def _prepare_run(config: TrainConfig, resume: bool) -> tuple[Path, TrainConfig]:
     return run, config
 
 
+def _history_step(line: bytes) -> int | None:
+    """The step of one history line, or None when the line is not a step record (torn by a
+    crash, hand-edited, `42`, invalid UTF-8, nested too deeply)."""
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 1 else None
+
+
 def _trim_history(path: Path, last_step: int) -> None:
-    """Drops history lines written after the checkpoint being resumed."""
+    """Drops history lines written after the checkpoint being resumed, and lines that are
+    not step records; every valid step up to the checkpoint is kept, wherever a garbage line
+    sits (a garbage line must not cost the steps after it)."""
     if not path.exists():
         return
-    keep = []
-    for line in path.read_text().splitlines():
-        try:
-            if json.loads(line)["step"] <= last_step:
-                keep.append(line)
-        except (json.JSONDecodeError, KeyError):
-            break
-    _atomic_write_bytes(path, "".join(k + "\n" for k in keep).encode())
+    keep, skipped = [], 0
+    for line in path.read_bytes().splitlines():
+        step = _history_step(line)
+        if step is None:
+            skipped += bool(line.strip())
+        elif step <= last_step:
+            keep.append(line)
+    if skipped:
+        print(f"regal: {path}: skipped {skipped} line(s) that are not step records",
+              file=sys.stderr)
+    _atomic_write_bytes(path, b"".join(k + b"\n" for k in keep))
 
 
 def _validate(policy, val: GraphSource, config: TrainConfig, actors, cache) -> float:

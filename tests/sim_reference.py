@@ -1,4 +1,4 @@
-"""Independent pure-Python reference of the performance model (DESIGN §4, regal/sim/SIM_RULES.md).
+"""Independent pure-Python reference of the performance model (docs/design.md §4, regal/sim/SIM_RULES.md).
 
 Written for clarity, not speed, and structured unlike an event-heap simulator: time advances
 over the distinct instants at which something finishes, and at each instant every device and

@@ -41,7 +41,6 @@ from regal.sim import DeviceSpec
 CASE_LIMIT_S = 60.0  # generous: the machine running the suite may be shared and loaded
 STATS: Counter = Counter()
 SLOWEST: dict = {}  # suite -> the command of its slowest case
-PHASE_2 = pytest.mark.xfail(strict=False, reason="issue 24 items 1-2: phase 2")
 BYTE_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
@@ -709,7 +708,6 @@ def binary_case(world, data) -> None:
 GRAPH_SUITES = {".npz": (npz_case, 30), ".pbtxt": (text_case, 30), ".pb": (binary_case, 30)}
 
 
-@PHASE_2
 @pytest.mark.parametrize("suffix", sorted(GRAPH_SUITES))
 @pytest.mark.parametrize("scale", [pytest.param(1, id="default"),
                                    pytest.param(25, id="slow", marks=pytest.mark.slow)])
@@ -722,7 +720,6 @@ def test_fuzz_graph_files(world, suffix, scale):
         "\n".join(sorted(set(failures))[:8])
 
 
-@PHASE_2
 def test_graph_file_that_is_a_pipe_is_refused(world):
     path = fresh(world, "pipe").with_suffix(".pbtxt")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -754,7 +751,6 @@ def _pbtxt_with_persistent(world, ops: int, each: int) -> Path:
     return path
 
 
-@PHASE_2
 @pytest.mark.parametrize("make", [
     pytest.param(lambda w: _npz_with(w, "t", tensor_size=2**63 - 1), id="npz-tensor-2^63-1"),
     pytest.param(lambda w: _npz_with(w, "p", persistent_memory=2**62), id="npz-persistent-2^62"),

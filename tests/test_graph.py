@@ -280,3 +280,72 @@ def test_errors_are_value_errors_and_one_line():
             build_graph(names=list(names), compute_cost=[0, 0], tensor_producer=[],
                         tensor_size=[], input_ptr=[0, 0, 0], input_tensor=[])
         assert "\n" not in str(info.value)   # repr() of the name escapes the newline
+
+
+# -- issue 24 items 1-2: what a graph may hold ------------------------------------------------
+
+def _wide(n: int, **per_op):
+    b = GraphBuilder()
+    for i in range(n):
+        b.add_op(f"n{i}", 1.0, **per_op)
+    return b
+
+
+@pytest.mark.parametrize("kwargs,pattern", [
+    (dict(temporary_memory=2**62 + 1), r"op 'op_a': temporary_memory is 4611686018427387905 bytes"),
+    (dict(persistent_memory=2**63 - 1), r"op 'op_a': persistent_memory is 9223372036854775807 bytes"),
+])
+def test_a_byte_count_above_2_62_is_refused_exactly(kwargs, pattern):
+    """2**62 + 1 would round to 2**62 through a float and pass; it must be refused."""
+    with pytest.raises(GraphError, match=pattern):
+        _one_op(**kwargs).build()
+
+
+def test_a_byte_count_of_2_62_is_held_exactly():
+    g = _one_op(persistent_memory=2**62).build()
+    assert int(g.persistent_memory[0]) == 2**62
+    b = _one_op()
+    b.add_output(0, 2**53 + 1)  # above float's exact range: kept exact
+    assert int(b.build().tensor_size[0]) == 2**53 + 1
+
+
+def test_a_uint64_size_does_not_wrap():
+    from regal.graph import build_graph
+    with pytest.raises(GraphError, match=r"tensor 0 .*size is 18446744073709551615 bytes"):
+        build_graph(names=["a"], compute_cost=[1.0], tensor_producer=[0],
+                    tensor_size=np.array([2**64 - 1], np.uint64), input_ptr=[0, 0],
+                    input_tensor=[])
+
+
+def test_per_graph_totals_are_bounded_and_name_the_op():
+    # 1,100 ops of 2**53 persistent bytes: every value allowed, the int64 sum wraps negative
+    with pytest.raises(GraphError, match=r"op 'n512': the graph's total persistent_memory "
+                                         r"passes 2\*\*62 bytes here \(in all 9907919180215091200\)"):
+        _wide(1100, persistent_memory=2**53).build()
+    b = _wide(2)
+    b.add_output(0, 2**62)
+    b.add_output(1, 1)
+    with pytest.raises(GraphError, match=r"tensor 1 \(output of op 'n1'\): the graph's total "
+                                         r"tensor size passes"):
+        b.build()
+    # each total allowed, all together not: one device's peak could reach their sum
+    b = _wide(1, persistent_memory=2**61, temporary_memory=2**61)
+    b.add_output(0, 1)
+    with pytest.raises(GraphError, match=r"the graph holds 4611686018427387905 bytes in all"):
+        b.build()
+    b = _wide(1, persistent_memory=2**61, temporary_memory=2**61)
+    assert summarize(b.build())["persistent bytes"] == 2**61
+
+
+def test_total_compute_cost_is_bounded():
+    b = GraphBuilder()
+    for i in range(3):
+        b.add_op(f"n{i}", 2.0**61)
+    with pytest.raises(GraphError, match=r"op 'n2': the graph's total compute_cost passes"):
+        b.build()
+    b = GraphBuilder()
+    b.add_op("n0", 1.0)
+    b.add_op("n1", 1e308)
+    b.add_op("n2", 1e308)  # each finite, the sum infinite
+    with pytest.raises(GraphError, match=r"op 'n1': the graph's total compute_cost passes"):
+        b.build()

@@ -121,6 +121,19 @@ def _save_arrays(path, arrays, **changes):
     (dict(tensor_size=np.array([10, -1])), "tensor 1 .*size must be"),
     (dict(control_src=np.array([2]), control_dst=np.array([0])), "cycle: op"),
     (dict(input_tensor=np.array([0, 1, 5])), "input 1 names a missing tensor"),
+    # issue 24 item 1: values a cast would wrap, or a float would round, are refused
+    (dict(tensor_size=np.array([10, 2**63 - 1])), r"tensor 1 .*size is 9223372036854775807 "
+                                                  r"bytes, more than the 2\*\*62"),
+    (dict(tensor_size=np.array([10, 2**64 - 1], np.uint64)), r"array 'tensor_size': entry 1 "
+                                                              r"is 18446744073709551615, outside"),
+    (dict(persistent_memory=np.array([0, 2**62, 0])),  # allowed alone, not with the rest
+     r"the graph holds 4611686018427387945 bytes in all \(21 temporary_memory \+ "
+     r"4611686018427387904 persistent_memory \+ 20 tensor size\)"),
+    (dict(temporary_memory=np.array([0, 0, 2**62 + 1])), r"op 'with space': temporary_memory is "
+                                                         r"4611686018427387905 bytes"),
+    (dict(tensor_producer=np.array([0, 2**32])), r"array 'tensor_producer': entry 1 is "
+                                                 r"4294967296, outside the range of int32"),
+    (dict(tensor_size=np.array([10.0, 8.0])), r"array 'tensor_size': expected a 1-D int64"),
 ])
 def test_corrupt_arrays(tmp_path, changes, pattern):
     path = _save_arrays(tmp_path / "bad.npz", graph_to_arrays(_typed_graph()), **changes)
@@ -224,3 +237,36 @@ def test_failed_save_writes_nothing(tmp_path):
     assert target.read_text() == "old" and list(tmp_path.iterdir()) == [target]
     save_graph(_typed_graph(), tmp_path / "g.npz")  # leaves no temporary file behind
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.npz", "g.pbtxt"]
+
+
+# ---------------------------------------------------------------------------
+# issue 24 item 8: what is not a regular file is refused before it is opened
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_non_regular_graph_files_are_refused_without_blocking(tmp_path, suffix):
+    import os
+    import signal
+
+    def hung(*_):
+        raise AssertionError("load_graph blocked on a named pipe")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)  # reading a pipe nobody writes blocks forever
+    try:
+        pipe = tmp_path / f"pipe{suffix}"
+        os.mkfifo(pipe)
+        with pytest.raises(ValueError, match=rf"^{pipe}: is a named pipe, not a regular file"):
+            load_graph(pipe)
+        device = tmp_path / f"null{suffix}"
+        device.symlink_to("/dev/null")
+        with pytest.raises(ValueError, match=rf"^{device}: is a device, not a regular file"):
+            load_graph(device)
+        folder = tmp_path / f"folder{suffix}"
+        folder.mkdir()
+        with pytest.raises(IsADirectoryError) as info:
+            load_graph(folder)
+        assert info.value.filename == str(folder)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

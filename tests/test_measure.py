@@ -103,6 +103,14 @@ def test_cli_fingerprint_mismatch_exit_2(solution_file):
     assert proc.returncode == 2
     errors = _error_lines(proc.stderr)
     assert len(errors) == 1 and "fingerprint mismatch" in errors[0]
+    # issue 24 item 8: with TensorFlow's log level left alone the error is still the only
+    # line (absl's pre-initialisation notices and the CUDA probe used to come with it)
+    env = {k: v for k, v in _env().items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "REGAL_DEBUG")}
+    proc = subprocess.run([sys.executable, "-m", "regal.cli", "measure", MODEL_SPEC,
+                           "--solution", str(solution_file), "--batch", "2"],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == errors, proc.stderr[-2000:]
 
 
 def test_bad_solutions_name_the_mismatch(step, tmp_path):
@@ -125,6 +133,24 @@ def test_bad_solutions_name_the_mismatch(step, tmp_path):
     proc = _cli("apply", MODEL_SPEC, "--solution", str(path), "--out", str(tmp_path / "o"),
                 "--batch", str(BATCH))
     assert proc.returncode == 2 and name in " ".join(_error_lines(proc.stderr))
+
+
+def test_place_refuses_hand_edited_entries_by_op_name(step):
+    """Issue 24 item 4: `device` 1.5 was taken as 1, 10**30 overflowed, a missing
+    transfer_priority was a KeyError; each is now a ValueError naming the op."""
+    from regal.measure import place
+
+    name = str(step.graph.names[2])
+    for key, value, pattern in [("device", 1.5, "'device': expected an integer in 0..1"),
+                                ("device", 10**30, "'device': expected an integer"),
+                                ("transfer_priority", None, "'transfer_priority': expected")]:
+        record = split_record(step)
+        if value is None:
+            del record["ops"][name][key]
+        else:
+            record["ops"][name][key] = value
+        with pytest.raises(ValueError, match=f"op '{name}': {pattern}"):
+            place(step, record)
 
 
 def _topological(graph_def) -> bool:

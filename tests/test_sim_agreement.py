@@ -1,6 +1,6 @@
 """The compiled simulator (regal.sim) must agree exactly with the independent pure-Python
 reference (tests/sim_reference.py) on random graphs: peaks equal as integers, times and
-objectives equal to 1e-9 relative, feasibility equal (DESIGN §4, regal/sim/SIM_RULES.md).
+objectives equal to 1e-9 relative, feasibility equal (docs/design.md §4, regal/sim/SIM_RULES.md).
 """
 
 import numpy as np

@@ -325,3 +325,36 @@ def test_sigterm_checkpoints_and_stops(tmp_path):
     assert meta["step"] == summary["step"] == len(_history(run)) >= 1
     assert (run / "policy" / "weights.npz").exists()
     assert signal.getsignal(signal.SIGTERM) is before  # the run restores the handler
+
+
+# ---------------------------------------------------------------------------
+# issue 24 item 7: a resumed run's history, and item 5: the library checks the config
+
+
+def test_resume_trim_keeps_every_valid_step_past_garbage_lines(tmp_path, capsys):
+    from regal.train import _trim_history
+
+    path = tmp_path / "history.jsonl"
+    lines = [json.dumps({"step": s, "loss": s / 10}).encode() for s in range(1, 31)]
+    garbage = [b"{torn", b"42", b"[]", b"null", b'{"step": "7"}', b'{"step": true}',
+               b"\xff\xfe", b"[" * 100_000, b'{"no_step": 1}']
+    mixed = lines[:5] + garbage[:4] + lines[5:20] + garbage[4:] + lines[20:]
+    path.write_bytes(b"\n".join(mixed) + b"\n")
+    _trim_history(path, 30)  # before: steps 6..30 were dropped after the first garbage line
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == \
+        list(range(1, 31))
+    assert f"{path}: skipped {len(garbage)} line(s)" in capsys.readouterr().err
+    _trim_history(path, 12)  # the steps after the checkpoint go, as before
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == \
+        list(range(1, 13))
+
+
+@pytest.mark.parametrize("field,value", [
+    ("learning_rate", float("nan")), ("learning_rate", 0.0), ("learning_rate", float("inf")),
+    ("entropy_coef", -1.0), ("entropy_coef", float("nan")), ("clip_norm", 0.0),
+    ("checkpoint_minutes", float("nan")), ("max_minutes", float("inf")),
+    ("prior_logit", float("nan")), ("population_size", 0), ("hidden", 0),
+])
+def test_config_refuses_non_finite_or_out_of_range_numbers(field, value):
+    with pytest.raises(ValueError, match=rf"^{field}: expected"):
+        TrainConfig(train="train", val="valid", out="x", budget=1000, **{field: value})

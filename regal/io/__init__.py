@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 from regal.graph import ComputationGraph
 
-__all__ = ["load_graph", "save_graph", "SUFFIXES", "atomic_write_bytes"]
+__all__ = ["load_graph", "save_graph", "SUFFIXES", "atomic_write_bytes", "check_regular_file"]
 
 SUFFIXES = (".pbtxt", ".pb", ".npz")
 
@@ -38,10 +39,7 @@ def load_graph(path: str | os.PathLike) -> ComputationGraph:
     """Reads a graph file; raises GraphError (bad content), FileNotFoundError or ValueError."""
     path = Path(path)
     suffix = _suffix(path)
-    if not path.exists():
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
-    if path.is_dir():
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    check_regular_file(path, "graph file")
     if suffix == ".npz":
         from regal.io.native import read_native
         return read_native(path)
@@ -49,6 +47,23 @@ def load_graph(path: str | os.PathLike) -> ComputationGraph:
     if suffix == ".pbtxt":
         return costgraph.read_costgraph_text(path)
     return costgraph.read_costgraph_bytes(path)
+
+
+def check_regular_file(path: str | os.PathLike, what: str = "file") -> None:
+    """Refuses, before anything opens it, a path that is not a regular file: reading a
+    named pipe blocks forever, a device may never end, a folder cannot be parsed."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path)) from None
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, f"{os.strerror(errno.EISDIR)}; expected a "
+                                f"{what}", str(path))
+    if not stat.S_ISREG(mode):
+        kind = ("a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "an unknown kind")
+        raise ValueError(f"{path}: is {kind}, not a regular file; expected a {what}")
 
 
 def save_graph(graph: ComputationGraph, path: str | os.PathLike) -> None:

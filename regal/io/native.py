@@ -101,6 +101,13 @@ def arrays_to_graph(arrays) -> ComputationGraph:
         if arr.ndim != 1 or (arr.dtype.kind not in kinds and arr.size):
             raise GraphError(f"array {field!r}: expected a 1-D {np.dtype(dtype).name} array, "
                              f"got {arr.dtype} of shape {arr.shape}")
+        if arr.dtype.kind in "iu" and arr.size and np.dtype(dtype).kind == "i":
+            low, high = np.iinfo(dtype).min, np.iinfo(dtype).max
+            out = (arr > high) if arr.dtype.kind == "u" else (arr < low) | (arr > high)
+            if out.any():  # a cast would wrap it into some other, valid-looking number
+                i = int(np.flatnonzero(out)[0])
+                raise GraphError(f"array {field!r}: entry {i} is {int(arr[i])}, outside the "
+                                 f"range of {np.dtype(dtype).name}")
         a[field] = arr.astype(dtype, copy=False)
     names = _unpack_strings("names", a["names_utf8"], a["names_offsets"])
     op_types = _unpack_strings("op_types", a["op_types_utf8"], a["op_types_offsets"])

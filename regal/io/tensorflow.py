@@ -34,7 +34,7 @@ Choices worth knowing:
   an alias: output 0 aliases the first input i that has the output's size, whose only
   consumer is this op (read on one port), that is not itself an alias (Identity, Reshape,
   a variable read) and not held elsewhere (a constant, a feed, a fetched tensor). In the
-  simulator (DESIGN 4.8) the output then costs 0 bytes on the op's device and keeps the
+  simulator (docs/design.md §4 and regal/sim/SIM_RULES.md) the output then costs 0 bytes on the op's device and keeps the
   input's copy there alive; a transfer of it elsewhere allocates its own size. Evidence
   (experiments/results/sim_vs_measured_cpu.md, CPU step-stats replay): without it the
   model over-counted one activation per such op, inference CNN rows -24..-38%; with it
@@ -96,7 +96,8 @@ from pathlib import Path  # noqa: E402
 from typing import Callable, NamedTuple, Sequence  # noqa: E402
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+with regal.tfenv.quiet_native_logs():  # a `regal` command's errors stay one line
+    import tensorflow as tf  # noqa: E402
 
 from regal.graph import ComputationGraph, GraphBuilder, GraphError  # noqa: E402
 

@@ -1,7 +1,7 @@
-"""The performance model (DESIGN §4): a compiled event-driven list scheduler.
+"""The performance model (docs/design.md §4): a compiled event-driven list scheduler.
 
 `simulate` scores one solution, `evaluate` a whole population of chromosomes in parallel,
-`trace` records the schedule and memory curves. Rules: DESIGN §4 as read by regal/sim/SIM_RULES.md.
+`trace` records the schedule and memory curves. Rules: docs/design.md §4 as read by regal/sim/SIM_RULES.md.
 """
 
 from regal.sim.api import (OBJECTIVES, SimResult, Trace, evaluate, infeasible_offset,

@@ -1,4 +1,4 @@
-"""The compiled event-driven list scheduler (DESIGN §4, to the letter of regal/sim/SIM_RULES.md).
+"""The compiled event-driven list scheduler (docs/design.md §4, to the letter of regal/sim/SIM_RULES.md).
 
 `prepare` turns a graph into static arrays once; `_run` simulates one individual in
 O((n + e + transfers) log n + n d) time using per-thread work arrays that are allocated once

@@ -1,0 +1,90 @@
+"""Reading a solution.json for `apply` and `measure`, without TensorFlow.
+
+A solution file may have been edited by hand, so every field that applying it uses is
+checked here, the same way `regal.optimizers.read_solution` checks it for the optimizers,
+and a bad one is a ValueError naming the file, the op (by name) and the field: never a
+TypeError, an OverflowError or a silent cast (a device 1.5 is not device 1). Nothing here
+needs the graph, so `regal apply` and `regal measure` refuse a bad file before they pay
+for importing TensorFlow; `regal.measure.check_solution` then matches it to the graph.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+__all__ = ["read_solution_file", "check_solution_record", "MAX_SOLUTION_DEVICES"]
+
+MAX_SOLUTION_DEVICES = 256  # the device cap of every command (regal.harness.MAX_DEVICES)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value)
+
+
+def read_solution_file(path: str | os.PathLike) -> dict:
+    """A solution.json path -> its checked record; ValueError / OSError naming the file."""
+    from regal.io import check_regular_file
+
+    path = Path(path)
+    check_regular_file(path, "solution file (from regal optimize --out)")
+    try:
+        record = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"solution {path}: not UTF-8 text (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"solution {path}: not JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"solution {path}: not a regal solution (nested too deeply)") from None
+    check_solution_record(record, f"solution {path}")
+    return record
+
+
+def check_solution_record(record, label: str = "solution") -> None:
+    """Raises ValueError (starting with `label`) for any field `apply`/`measure` would use
+    that is missing or of the wrong kind; `label` names the file."""
+    if not isinstance(record, dict) or "ops" not in record:
+        raise ValueError(f"{label}: not a regal solution (expected a JSON object with 'ops')")
+    about = record.get("graph")
+    if not isinstance(about, dict) or not isinstance(about.get("fingerprint"), str):
+        raise ValueError(f"{label}: 'graph': expected an object with the graph's fingerprint, "
+                         f"got {about!r:.40}")
+    devices = record.get("devices")
+    count = devices.get("count") if isinstance(devices, dict) else None
+    if not _is_int(count) or not 1 <= count <= MAX_SOLUTION_DEVICES:
+        raise ValueError(f"{label}: 'devices': expected an object with a 'count' in "
+                         f"1..{MAX_SOLUTION_DEVICES}, got {devices!r:.40}")
+    for key, least, word in (("bandwidth", 0, "> 0"), ("latency", -1, ">= 0")):
+        value = devices.get(key)
+        if value is not None and not (_is_number(value) and value > least and value >= 0):
+            raise ValueError(f"{label}: 'devices': {key!r}: expected a finite number {word} "
+                             f"or null, got {value!r:.40}")
+    result = record.get("result", {})
+    peak = result.get("peak", []) if isinstance(result, dict) else None
+    if not isinstance(peak, list) or not all(_is_int(p) and 0 <= p < 2**63 for p in peak):
+        raise ValueError(f"{label}: 'result': expected an object whose 'peak' lists byte "
+                         f"counts, got {result!r:.40}")
+    ops = record["ops"]
+    if not isinstance(ops, dict):
+        raise ValueError(f"{label}: 'ops': expected an object of op name -> entry, "
+                         f"got {ops!r:.40}")
+    for name, row in ops.items():
+        if not isinstance(row, dict):
+            raise ValueError(f"{label}: op {name!r}: expected an object with device, priority "
+                             f"and transfer_priority, got {row!r:.40}")
+        device = row.get("device")
+        if not _is_int(device) or not 0 <= device < count:
+            raise ValueError(f"{label}: op {name!r}: 'device': expected an integer in "
+                             f"0..{count - 1}, got {device!r:.40}")
+        for key in ("priority", "transfer_priority"):
+            if not _is_number(row.get(key)):
+                what = "missing" if key not in row else f"got {row[key]!r:.40}"
+                raise ValueError(f"{label}: op {name!r}: {key!r}: expected a finite number, "
+                                 f"{what}")
