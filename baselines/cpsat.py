@@ -74,7 +74,7 @@ duration of at least one tick (see the objectives). Constraints:
   * an alias tensor (`tensor_alias >= 0`) costs 0 bytes on its producer's device (its own size
     when transferred), and keeps its source's copy on that device alive as long as itself;
   * a consumer reading one tensor on several ports counts once.
-  These are the simulator's memory rules (DESIGN §4, SIM_RULES 4-6); what the model drops is
+  These are the simulator's memory rules (docs/design.md §4, SIM_RULES 4-6); what the model drops is
   the list scheduler itself: start times are free, so a device may stay idle with ready work.
 - objective `peak_memory`: minimise `max_k peak[k]`. The minimum is attained by a schedule that
   runs one activity at a time (serialising the activities by start time never adds a live
