@@ -128,6 +128,14 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
+def parse_sizes(text: str):
+    """--memory-limit: one size for every device, or 'SIZE,SIZE,...' one per device (a list;
+    its length is checked against --devices by the command)."""
+    if "," not in str(text):
+        return parse_size(text)
+    return [parse_size(part) for part in str(text).split(",")]
+
+
 def device_count(text: str) -> int:
     """--devices: an integer (its range is checked by `_check_device_counts`)."""
     try:
@@ -223,6 +231,23 @@ def _parse_pins(items) -> dict:
     return pins
 
 
+def _takes(method, name: str) -> bool:
+    """Whether `method` names keyword `name` itself: a **options catch-all does not count,
+    since regal and seeded-brkga set `initial` themselves and would get it twice."""
+    import inspect
+
+    return name in inspect.signature(method).parameters
+
+
+def _policy_dir(path: str) -> str:
+    """--policy DIR checked to be a folder (with a config.json, as a stored policy has)."""
+    if not os.path.isdir(path):
+        raise ValueError(f"--policy {path}: no such folder")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise ValueError(f"--policy {path}: not a stored policy (no config.json)")
+    return os.path.abspath(path)
+
+
 def cmd_optimize(args) -> int:
     from tqdm import tqdm
 
@@ -240,6 +265,17 @@ def cmd_optimize(args) -> int:
             raise ValueError(f"--time-limit: method {args.method!r} counts model evaluations "
                              "(--budget), it takes no time limit")
         options["time_limit"] = args.time_limit
+    if isinstance(args.memory_limit, list) and len(args.memory_limit) != args.devices:
+        raise ValueError(f"--memory-limit: expected one size or {args.devices} sizes (one per "
+                         f"device), got {len(args.memory_limit)}")
+    if args.init is not None and not _takes(method, "initial"):
+        raise ValueError(f"--init: method {args.method!r} takes no warm start "
+                         "(brkga and local-search do)")
+    if args.policy is not None:
+        if not _takes(method, "policy_dir"):
+            raise ValueError(f"--policy: method {args.method!r} uses no policy "
+                             "(--method regal does)")
+        options["policy_dir"] = _policy_dir(args.policy)
     _check_output("--out", args.out)
     _check_output("--plot", args.plot)
     graph = load_graph(args.graph)
@@ -248,14 +284,24 @@ def cmd_optimize(args) -> int:
         graph = with_constraints(graph, pins=_parse_pins(args.pin),
                                  colocate=[c.split(",") for c in args.colocate or ()],
                                  num_devices=args.devices)
-    devices = DeviceSpec(args.devices, memory_limit=args.memory_limit)
+    links = {name: value for name, value in (("bandwidth", args.bandwidth),
+                                              ("latency", args.latency)) if value is not None}
+    devices = DeviceSpec(args.devices, memory_limit=args.memory_limit, **links)
     problem = optimizers.Problem(graph, devices, args.objective)
+    if args.init is not None:
+        from regal.io.solution import read_solution_file
+        try:
+            options["initial"] = optimizers.read_solution(read_solution_file(args.init), problem)
+        except ValueError as exc:
+            raise ValueError(f"--init {args.init}: {exc}") from None
+    from regal.units import format_bytes, format_duration_us
+    human = format_bytes if args.objective == "peak_memory" else format_duration_us
     bars = []  # opened on the first report, so an early argument error prints no bar
 
     def progress(evaluations, best):
         if not bars:
             bars.append(tqdm(total=args.budget, unit="eval", desc=args.method, leave=False))
-        bars[0].set_postfix(best=f"{best:.6g}", refresh=False)
+        bars[0].set_postfix(best=human(best), refresh=False)
         bars[0].update(evaluations - bars[0].n)
     try:
         solution = optimizers.solve(args.method, problem, args.budget, args.seed,
@@ -305,11 +351,22 @@ def cmd_compare(args) -> int:
 
     _check_output("--out", args.out, folder=True)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    method_options = None
+    if args.policy is not None:
+        from regal import optimizers
+        from regal.regal_method import portable_policy_dir
+
+        takers = [m for m in methods if _takes(optimizers.get_method(m), "policy_dir")]
+        if not takers:
+            raise ValueError(f"--policy: none of the methods {','.join(methods)} uses a policy "
+                             "(regal does)")
+        policy_dir = portable_policy_dir(_policy_dir(args.policy))  # records name it
+        method_options = {m: {"policy_dir": policy_dir} for m in takers}
     summary = run_experiment(
         methods, args.graphs, args.out, seeds=args.seeds, budgets=args.budget,
         devices=args.devices, objectives=args.objective, memory_limits=args.memory_limit,
-        limit=args.limit, workers=args.workers, ray=args.ray, ray_address=args.ray_address,
-        progress=not args.quiet)
+        method_options=method_options, limit=args.limit, workers=args.workers, ray=args.ray,
+        ray_address=args.ray_address, progress=not args.quiet)
     print(f"{summary.ran} runs done, {summary.skipped} already recorded, "
           f"{summary.failed} failed; records in {summary.path}")
     for method, graph, error in summary.failures[:10]:
@@ -499,10 +556,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("graph", metavar="GRAPH", help="any graph file `regal data info` reads")
     p.add_argument("--devices", type=device_count, required=True, metavar="D",
                    help=f"number of devices (1..{MAX_DEVICES})")
-    p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
-                   help="per-device memory, e.g. 16GiB (default: unlimited)")
+    p.add_argument("--memory-limit", type=parse_sizes, default=None, metavar="SIZE[,SIZE...]",
+                   help="memory of each device, e.g. 16GiB, or one size per device "
+                        "(1GiB,2GiB; default: unlimited)")
+    p.add_argument("--bandwidth", type=positive_float, default=None, metavar="BYTES_PER_US",
+                   help="link bandwidth in bytes/us (1 GB/s = 1000; default 100000)")
+    p.add_argument("--latency", type=non_negative_float, default=None, metavar="US",
+                   help="per-transfer latency in us (default 5)")
     p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
     p.add_argument("--method", default="brkga", help="optimizer (default: brkga)")
+    p.add_argument("--init", default=None, metavar="SOLUTION.json",
+                   help="warm start from an earlier solution of this graph (brkga, local-search)")
+    p.add_argument("--policy", default=None, metavar="DIR",
+                   help="trained policy folder for --method regal (default: data/policy)")
     p.add_argument("--budget", type=int, default=5000, help="performance-model evaluations")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                    help="solver time limit (methods that take one, e.g. cpsat)")
@@ -536,6 +602,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray", action="store_true", help="fan out on a local Ray cluster")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="fan out on this Ray cluster (implies --ray)")
+    p.add_argument("--policy", default=None, metavar="DIR",
+                   help="trained policy folder for regal (recorded with each run)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for records.jsonl")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_compare)

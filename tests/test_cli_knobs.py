@@ -1,0 +1,141 @@
+"""`regal optimize` / `regal compare` knobs (issue 23, item 3): per-device memory limits,
+link bandwidth and latency, a warm start (--init) and a policy folder (--policy). Everything
+runs in this process through `regal.cli.main` on a 40-op sample graph."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from regal.cli import main
+from regal.io import load_graph
+from regal.optimizers import Problem, read_solution
+from regal.sim import DeviceSpec
+
+REPO = Path(__file__).resolve().parent.parent
+GRAPH = str(REPO / "data" / "synth" / "samples" / "random_infer_40.npz")
+
+
+def optimize(tmp_path, name: str, *flags: str) -> tuple[int, dict]:
+    """Runs `regal optimize GRAPH --devices 2 --budget 200 FLAGS --out NAME.json`."""
+    out = tmp_path / f"{name}.json"
+    code = main(["optimize", GRAPH, "--devices", "2", "--budget", "200", *flags,
+                 "--out", str(out)])
+    return code, json.loads(out.read_text())
+
+
+def refused(argv, capsys, needle: str) -> None:
+    """Exit 2, no traceback, and exactly one error line that names `needle`."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own refusal
+        code = exc.code
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2, (argv, err)
+    assert "Traceback" not in err
+    assert len(errors) == 1 and needle in errors[0], (needle, err)
+
+
+@pytest.mark.parametrize("limits", [(0, 2000), (2000, 0), (1, 1), (1400, 2000)])
+def test_per_device_limits_reach_the_solution(tmp_path, limits):
+    """Each device is held to its own limit: the solution is feasible (exit 0) exactly when
+    every device's peak fits that device's limit, else exit 3. 1 byte each cannot hold the
+    graph; 1400 bytes each can (the whole graph on one device peaks at 1.28 KiB)."""
+    code, record = optimize(tmp_path, "limits", "--memory-limit", f"{limits[0]},{limits[1]}")
+    peak = np.asarray(record["result"]["peak"])
+    assert record["devices"]["memory_limit"] == list(limits)
+    fits = bool(np.all(peak <= np.asarray(limits)))
+    assert record["result"]["feasible"] == fits
+    assert code == (0 if fits else 3)
+    if limits == (1, 1):
+        assert not fits
+    if limits == (1400, 2000):
+        assert fits
+
+
+def test_one_size_is_every_devices_limit(tmp_path):
+    _, record = optimize(tmp_path, "one", "--memory-limit", "1KiB")
+    assert record["devices"]["memory_limit"] == [1024, 1024]
+
+
+def test_bandwidth_and_latency_change_the_makespan(tmp_path):
+    """Transfers cost latency + size / bandwidth. One device needs none, so its makespan is the
+    sum of compute times whatever the link; with a free link two devices beat it (the graph
+    has parallel branches). A slow link's solution is scored with that link: the same
+    placement scored with the default link has another makespan."""
+    graph = load_graph(GRAPH)
+    single = float(graph.compute_cost.sum())
+    _, free = optimize(tmp_path, "free", "--objective", "makespan", "--latency", "0",
+                       "--bandwidth", "1e12")
+    _, slow = optimize(tmp_path, "slow", "--objective", "makespan", "--latency", "1e7",
+                       "--bandwidth", "1")
+    assert free["devices"]["latency"] == 0 and free["devices"]["bandwidth"] == 1e12
+    assert slow["devices"]["latency"] == 1e7 and slow["devices"]["bandwidth"] == 1
+    assert free["result"]["makespan"] < single
+
+    def makespan(record, **link) -> float:
+        problem = Problem(graph, DeviceSpec(2, **link), "makespan")
+        return read_solution(record, problem).makespan
+    assert slow["result"]["makespan"] == pytest.approx(makespan(slow, latency=1e7, bandwidth=1))
+    assert slow["result"]["makespan"] != pytest.approx(makespan(slow))
+    assert slow["result"]["makespan"] != free["result"]["makespan"]
+
+
+@pytest.mark.parametrize("method", ["brkga", "local-search"])
+def test_warm_start_is_never_worse_than_its_start(tmp_path, method):
+    """The earlier solution is in the first population / among the starts, so even the
+    smallest budget (one BRKGA generation) returns a value no worse than it."""
+    _, start = optimize(tmp_path, "start", "--seed", "5")
+    out = tmp_path / "warm.json"
+    code = main(["optimize", GRAPH, "--devices", "2", "--budget", "100", "--seed", "9",
+                 "--method", method, "--init", str(tmp_path / "start.json"), "--out", str(out)])
+    warm = json.loads(out.read_text())
+    assert code == 0
+    assert warm["result"]["value"] <= start["result"]["value"]
+
+
+def test_policy_runs_regal_and_compare_records_it(tmp_path):
+    policy = REPO / "data" / "policy"
+    code, record = optimize(tmp_path, "regal", "--method", "regal", "--policy", str(policy))
+    assert code == 0 and record["method"] == "regal"
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "g.npz").write_bytes(Path(GRAPH).read_bytes())
+    assert main(["compare", "--methods", "regal,random", "--graphs", str(graphs), "--seeds",
+                 "1", "--budget", "200", "--workers", "1", "--quiet", "--policy", str(policy),
+                 "--out", str(tmp_path / "res")]) == 0
+    lines = (tmp_path / "res" / "records.jsonl").read_text().splitlines()
+    options = {r["method"]: json.loads(r["options"]) for r in map(json.loads, lines)}
+    assert options == {"regal": {"policy_dir": "data/policy"}, "random": {}}
+
+
+def test_bad_knobs_exit_2_naming_the_flag(tmp_path, capsys):
+    base = ["optimize", GRAPH, "--devices", "2", "--budget", "200"]
+    optimize(tmp_path, "start")  # a solution of this graph, for --init
+    elsewhere = tmp_path / "other.json"  # ... and one of another graph
+    record = json.loads((tmp_path / "start.json").read_text())
+    record["graph"]["fingerprint"] = "0" * len(record["graph"]["fingerprint"])
+    elsewhere.write_text(json.dumps(record))
+    cases = [
+        (["--memory-limit", "1MiB,2MiB,3MiB"], "--memory-limit"),
+        (["--memory-limit", "1MiB,"], "--memory-limit"),
+        (["--memory-limit", "1MiB,-2"], "--memory-limit"),
+        (["--bandwidth", "0"], "--bandwidth"),
+        (["--bandwidth", "inf"], "--bandwidth"),
+        (["--latency", "-1"], "--latency"),
+        (["--latency", "nan"], "--latency"),
+        (["--init", str(tmp_path / "start.json"), "--method", "random"], "--init"),
+        (["--init", str(elsewhere)], "--init"),
+        (["--init", str(tmp_path / "missing.json")], "missing.json"),
+        (["--policy", str(tmp_path / "nope"), "--method", "regal"], "--policy"),
+        (["--policy", str(tmp_path), "--method", "regal"], "--policy"),
+        (["--policy", str(REPO / "data" / "policy")], "--policy"),
+    ]
+    for flags, needle in cases:
+        refused(base + flags, capsys, needle)
+    refused(["compare", "--methods", "brkga", "--graphs", str(tmp_path), "--policy",
+             str(REPO / "data" / "policy"), "--out", str(tmp_path / "res")], capsys, "--policy")
