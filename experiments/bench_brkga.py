@@ -116,7 +116,7 @@ BETA_MENU = ((1.0, 1.0), (0.5, 0.5), (2.0, 2.0), (5.0, 1.0), (1.0, 5.0), (2.0, 5
 
 
 def policy_like_beta(num_ops: int, num_devices: int, seed: int):
-    """Per-gene (alpha, beta) in the chromosome layout of DESIGN §5: one menu pick per op
+    """Per-gene (alpha, beta) in the chromosome layout of docs/design.md §5: one menu pick per op
     for each key group (affinity, priority, transfer), uniformly at random."""
     menu = np.asarray(BETA_MENU)
     pick = np.random.default_rng(seed).integers(len(menu), size=(3, num_ops))

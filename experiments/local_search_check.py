@@ -4,7 +4,7 @@
     nice -n 5 .venv/bin/python experiments/local_search_check.py --graphs resnet50_train_b32,vgg16_infer_b1
 
 Prints one row per (graph, d): BRKGA-5K's mean peak over the seeds, local search's mean, and
-the improvement (brkga - ls) / brkga in percent (DESIGN §7's metric), then the mean over graphs
+the improvement (brkga - ls) / brkga in percent (docs/design.md §7's metric), then the mean over graphs
 per device count. BRKGA's answer for a (graph, d, seed, budget) never changes, so it is read from
 a JSON cache (default /tmp/regal_brkga_cache.json) keyed by the graph's fingerprint and computed
 only when missing.

@@ -7,7 +7,7 @@ registered baseline on graphs it has never seen, through the harness (regal.harn
 Writes to experiments/results/transfer_quick/ (or transfer/):
 - table1.md   REGAL vs baselines, synthetic test split and real graphs, 2 and 4 devices:
               % improvement over BRKGA-5K (+ Wilcoxon signed-rank p-value, paired by graph),
-              % gap from best, headroom captured (definitions: DESIGN §7, regal.report);
+              % gap from best, headroom captured (definitions: docs/design.md §7, regal.report);
 - table3.md   ablation: placement only / scheduling only / both, each with and without a
               learned elite bias. --quick switches heads off at inference on the shipped
               weights; the full run trains each variant (same settings as the shipped policy);
