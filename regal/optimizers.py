@@ -368,14 +368,10 @@ def read_solution(record: dict, problem: Problem) -> Solution:
     The record may have been edited by hand: every field used is checked, and a bad one is a
     ValueError naming the op (by name) and the field, never a TypeError or a silent cast.
     """
-    import math
+    from regal.io.solution import check_op_entry
 
     def is_int(value) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
-
-    def is_number(value) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and \
-            math.isfinite(value)
 
     graph, count = problem.graph, problem.devices.count
     if not isinstance(record, dict):
@@ -392,19 +388,8 @@ def read_solution(record: dict, problem: Problem) -> Solution:
         raise ValueError(f"solution: op {missing[0]!r} has no entry")
     rows = []
     for name in names:
-        row = ops[name]
-        if not isinstance(row, dict):
-            raise ValueError(f"solution: op {name!r}: expected an object with device, "
-                             f"priority and transfer_priority, got {row!r:.40}")
-        device = row.get("device")
-        if not is_int(device) or not 0 <= device < count:
-            raise ValueError(f"solution: op {name!r}: 'device': expected an integer in "
-                             f"0..{count - 1}, got {device!r:.40}")
-        for key in ("priority", "transfer_priority"):
-            if not is_number(row.get(key)):
-                raise ValueError(f"solution: op {name!r}: {key!r}: expected a finite number, "
-                                 f"got {row.get(key)!r:.40}")
-        rows.append(row)
+        check_op_entry("solution", name, ops[name], count)
+        rows.append(ops[name])
     result = record.get("result", {})
     evaluations = result.get("evaluations", 0) if isinstance(result, dict) else None
     if not is_int(evaluations) or evaluations < 0:
@@ -426,10 +411,8 @@ def read_solution(record: dict, problem: Problem) -> Solution:
 
 
 def _bytes(value: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{int(value)} B"
+    from regal.units import format_bytes
+    return format_bytes(value)
 
 
 def _value(objective: str, value: float) -> str:

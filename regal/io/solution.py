@@ -76,15 +76,21 @@ def check_solution_record(record, label: str = "solution") -> None:
         raise ValueError(f"{label}: 'ops': expected an object of op name -> entry, "
                          f"got {ops!r:.40}")
     for name, row in ops.items():
-        if not isinstance(row, dict):
-            raise ValueError(f"{label}: op {name!r}: expected an object with device, priority "
-                             f"and transfer_priority, got {row!r:.40}")
-        device = row.get("device")
-        if not _is_int(device) or not 0 <= device < count:
-            raise ValueError(f"{label}: op {name!r}: 'device': expected an integer in "
-                             f"0..{count - 1}, got {device!r:.40}")
-        for key in ("priority", "transfer_priority"):
-            if not _is_number(row.get(key)):
-                what = "missing" if key not in row else f"got {row[key]!r:.40}"
-                raise ValueError(f"{label}: op {name!r}: {key!r}: expected a finite number, "
-                                 f"{what}")
+        check_op_entry(label, name, row, count)
+
+
+def check_op_entry(label: str, name, row, count: int) -> None:
+    """One op's entry of a solution file: an object with a device in 0..count-1 (a true
+    integer: 1.5 or true are refused, not cast) and finite priorities; ValueError naming it."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{label}: op {name!r}: expected an object with device, priority "
+                         f"and transfer_priority, got {row!r:.40}")
+    device = row.get("device")
+    if not _is_int(device) or not 0 <= device < count:
+        raise ValueError(f"{label}: op {name!r}: 'device': expected an integer in "
+                         f"0..{count - 1}, got {device!r:.40}")
+    for key in ("priority", "transfer_priority"):
+        if not _is_number(row.get(key)):
+            what = "missing" if key not in row else f"got {row[key]!r:.40}"
+            raise ValueError(f"{label}: op {name!r}: {key!r}: expected a finite number, "
+                             f"{what}")
