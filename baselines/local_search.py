@@ -425,8 +425,10 @@ class _Search:
 # the search
 
 
-def _heuristic_starts(problem: Problem, names, budget: int, seed: int, etf_max_ops: int):
-    """(chromosome, Solution, evaluations, name) of each registry heuristic within the budget.
+def _heuristic_starts(problem: Problem, names, budget: int, seed: int, etf_max_ops: int,
+                      should_stop=None):
+    """(chromosome, Solution, evaluations, name) of each registry heuristic within the budget
+    (none more once `should_stop()` says so: a time limit ends the starts too).
 
     The heuristic's answer is scored by the registry; when the colocation projection changed
     its placement, the caller scores the projected chromosome itself."""
@@ -437,7 +439,7 @@ def _heuristic_starts(problem: Problem, names, budget: int, seed: int, etf_max_o
     for name in names:
         if name == "m-etf" and graph.num_nodes > etf_max_ops:
             continue
-        if budget < 1:
+        if budget < 1 or (should_stop is not None and should_stop()):
             break
         found = run_method(name, problem, 1, seed)
         used = max(1, int(found.evaluations))
@@ -452,8 +454,9 @@ def _heuristic_starts(problem: Problem, names, budget: int, seed: int, etf_max_o
 
 def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
           patience: int | None = None, heuristics=HEURISTICS, etf_max_ops: int = 1000,
-          directed: float = 0.85, initial=None, progress=None) -> Solution:
-    """Peak-directed hill climbing with restarts; at most `budget` evaluations.
+          directed: float = 0.85, initial=None, progress=None, should_stop=None) -> Solution:
+    """Peak-directed hill climbing with restarts; at most `budget` evaluations, fewer when
+    `should_stop()` (asked before each heuristic start and each step) says to stop.
 
     `batch_size` is the largest batch (the search adapts between 8 and it), `heuristics`
     the registry methods tried as starts, `directed` the share of peak-directed neighbours,
@@ -489,7 +492,7 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
     scores = score_batch(starts)
     used = len(starts)
     for keys, found, cost, name in _heuristic_starts(problem, heuristics, budget - used, seed,
-                                                     etf_max_ops):
+                                                     etf_max_ops, should_stop):
         used += cost
         if np.array_equal(decode(keys, graph, devices)[0], found.placement):
             row = [found.value, _secondary(objective, found.peak[None, :])[0]]
@@ -517,7 +520,7 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
     refresh(current)
     batch = min(16, batch_size)
     stale, restarts, steps, accepted = 0, 0, 0, 0
-    while used < budget:
+    while used < budget and (should_stop is None or not should_stop()):
         if stale >= patience:
             current = search.kick(best)
             current_key = tuple(score_batch(current[None, :])[0])

@@ -16,7 +16,7 @@ from regal.optimizers import Problem, Solution
 __all__ = ["solve"]
 
 
-def solve(problem: Problem, budget: int, seed: int = 0, *, progress=None,
+def solve(problem: Problem, budget: int, seed: int = 0, *, progress=None, should_stop=None,
           **brkga_options) -> Solution:
     """BRKGA (uniform keys) from a first population seeded with the reference candidates."""
     from regal.policy.reference import reference_for
@@ -26,7 +26,8 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, progress=None,
         raise ValueError(f"budget must be a positive integer, got {budget}")
     reference = reference_for(problem.graph, problem.devices, problem.objective)
     found = search(problem, int(budget), seed, initial=reference.seeds,
-                   spent=reference.evaluations, progress=progress, **brkga_options)
+                   spent=reference.evaluations, progress=progress, should_stop=should_stop,
+                   **brkga_options)
     extra = dict(found.extra, reference_source=reference.source,
                  reference_value=reference.value)
     return dataclasses.replace(found, method="seeded-brkga", seed=seed, extra=extra)

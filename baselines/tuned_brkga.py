@@ -32,7 +32,7 @@ TUNED = {"population_size": 100, "elite_fraction": 0.1, "mutant_fraction": 0.1,
          "elite_bias": 0.7}
 
 
-def solve(problem: Problem, budget: int, seed: int = 0, *, progress=None,
+def solve(problem: Problem, budget: int, seed: int = 0, *, progress=None, should_stop=None,
           **overrides) -> Solution:
     """BRKGA with the tuned parameters (any of them may be overridden).
 
@@ -43,11 +43,13 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, progress=None,
         raise ValueError(f"budget must be a positive integer, got {budget}")
     params = {**TUNED, **overrides}
     if budget < 3:
-        found = solve_random(problem, int(budget), seed, progress=progress)
+        found = solve_random(problem, int(budget), seed, progress=progress,
+                             should_stop=should_stop)
         params = {"random_search": True}
     else:
         params["population_size"] = min(int(params["population_size"]), int(budget))
-        found = solve_brkga(problem, int(budget), seed, progress=progress, **params)
+        found = solve_brkga(problem, int(budget), seed, progress=progress,
+                            should_stop=should_stop, **params)
     extra = dict(found.extra)
     extra["params"] = params
     return Solution(placement=found.placement, priority=found.priority,

@@ -2,8 +2,9 @@
 
 The problem is a function `evaluate_batch(keys[k, num_genes]) -> fitness[k]`
 (lower is better); the algorithm is `BRKGA`; the termination is a budget of
-fitness evaluations. Nothing here knows about graphs: REGAL's decoder lives in
-`regal.decode`, and its policy only chooses `alpha`, `beta` and `elite_bias`.
+fitness evaluations, or an optional `should_stop()` hook asked between generations.
+Nothing here knows about graphs: REGAL's decoder lives in `regal.decode`, and its
+policy only chooses `alpha`, `beta` and `elite_bias`.
 """
 
 from brkga.algorithm import BRKGA, Result

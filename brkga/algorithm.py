@@ -4,7 +4,8 @@ Every generation keeps the `elite` best chromosomes (their fitness is already
 known, so they are never evaluated again), draws `mutant` new ones from the
 per-gene Beta distributions, and fills the population with biased crossovers
 of an elite and a non-elite parent. The run stops when the evaluation budget is
-spent; the last generation is truncated so that the budget is never exceeded.
+spent (the last generation is truncated so that the budget is never exceeded), or
+earlier when an optional `should_stop()` says so between generations.
 
 The population never moves as a whole: one pool holds a home area for the
 elites and two newcomer blocks used in turn (children and mutants are written
@@ -173,12 +174,16 @@ class BRKGA:
 
     # -- the loop -----------------------------------------------------------
     def run(self, evaluate_batch: EvaluateBatch, budget: int, initial=None,
-            callback: Callback | None = None) -> Result:
+            callback: Callback | None = None,
+            should_stop: Callable[[], bool] | None = None) -> Result:
         """Minimises `evaluate_batch` with at most `budget` evaluations.
 
         `initial` ([m, num_genes] or [num_genes], m <= population_size) seeds the
         first population (warm start); the rest is sampled. `callback(generation,
-        evaluations, best_fitness)` is called after every generation.
+        evaluations, best_fitness)` is called after every generation. `should_stop()`,
+        asked before each generation after the first, ends the run early when it returns
+        True (a wall-clock deadline: anytime search); without it the run is the same, draw
+        for draw.
         The batch handed to `evaluate_batch` is a view of a buffer that the next
         generation overwrites: copy it if you keep it beyond the call.
         """
@@ -216,7 +221,7 @@ class BRKGA:
             callback(0, spent.used, float(history[-1]))
 
         generation = 0
-        while not spent.exhausted:
+        while not spent.exhausted and (should_stop is None or not should_stop()):
             generation += 1
             granted = spent.grant(fresh)
             start = blocks[generation % 2]

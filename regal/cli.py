@@ -15,6 +15,7 @@ from regal.harness import MAX_BYTES, MAX_DEVICES  # a light module (no numpy)
 
 EXIT_USAGE = 2
 EXIT_INFEASIBLE = 3  # `regal optimize`: no solution found within the memory limits
+DEFAULT_BUDGET = 5000  # `regal optimize` evaluations when neither --budget nor --time-limit
 
 
 class UserError(Exception):
@@ -32,10 +33,30 @@ def cmd_data_info(args) -> int:
     for path in args.files:
         graph = load_graph(path)
         s = summarize(graph)
+        if args.json:  # exact figures for scripts: one JSON object per file
+            import json
+            print(json.dumps({"file": str(path), **s}))
+            continue
         print(f"{path}")
-        for key, value in s.items():
+        for key, value in _human_summary(s).items():
             print(f"  {key:<18} {value}")
     return 0
+
+
+def _human_summary(summary: dict) -> dict:
+    """`regal.graph.summarize` figures as a person reads them: counts with thousands
+    separators, bytes in KiB/MiB/GiB, the compute cost in us/ms/s."""
+    from regal.units import format_bytes, format_duration_us
+
+    out = {}
+    for key, value in summary.items():
+        if key.endswith(" (us)"):
+            out[key[:-len(" (us)")]] = format_duration_us(value)
+        elif key.endswith(("bytes", "tensor")):
+            out[key] = format_bytes(value)
+        else:
+            out[key] = f"{value:,}"
+    return out
 
 
 def cmd_data_synth(args) -> int:
@@ -67,26 +88,21 @@ def cmd_import(args) -> int:
 
     from regal.graph import summarize
     from regal.io import SUFFIXES, save_graph
+    from regal.io.sources import load_graph_or_model
+    from regal.units import format_bytes
 
     # fail on plain mistakes before paying for TensorFlow (and its log lines)
     if Path(args.out).suffix.lower() not in SUFFIXES:
         raise ValueError(f"--out {args.out}: unknown graph file suffix; use one of "
                          f"{', '.join(SUFFIXES)}")
-    if args.batch < 1:
-        raise ValueError(f"--batch must be >= 1, got {args.batch}")
     _check_output("--out", args.out)
-    is_spec = args.model.startswith(("keras.applications.", "tf.keras.applications.")) or \
-        ":" in args.model
-    if not is_spec and not Path(args.model).exists():
-        raise ValueError(f"no such model file or directory: {args.model}")
-    from regal.io.tensorflow import import_model, resolve_model
-
-    graph = import_model(resolve_model(args.model), batch_size=args.batch,
-                         training=args.training, run=args.run)
+    graph = load_graph_or_model(args.model, batch_size=args.batch, training=args.training,
+                                run=args.run)
     save_graph(graph, args.out)
     s = summarize(graph)
-    print(f"wrote {args.out}: {s['ops']} ops, {s['tensors']} tensors, "
-          f"{s['total bytes']} tensor bytes, {s['persistent bytes']} persistent bytes")
+    print(f"wrote {args.out}: {s['ops']:,} ops, {s['tensors']:,} tensors, "
+          f"{format_bytes(s['total bytes'])} of tensors, "
+          f"{format_bytes(s['persistent bytes'])} persistent")
     return 0
 
 
@@ -252,19 +268,20 @@ def cmd_optimize(args) -> int:
     from tqdm import tqdm
 
     from regal import optimizers
-    from regal.io import load_graph
+    from regal.io.sources import load_graph_or_model
     from regal.sim import DeviceSpec
 
     method = optimizers.get_method(args.method)  # an unknown method fails before the graph
     options = {}
+    # --time-limit: search until the time is up; the budget then stops it only when given
+    budget = args.budget if args.budget is not None or args.time_limit is not None \
+        else DEFAULT_BUDGET
     if args.time_limit is not None:
-        if not args.time_limit > 0:
-            raise ValueError(f"--time-limit: expected a positive number of seconds, "
-                             f"got {args.time_limit}")
-        if not optimizers._accepts(method, "time_limit"):
-            raise ValueError(f"--time-limit: method {args.method!r} counts model evaluations "
-                             "(--budget), it takes no time limit")
-        options["time_limit"] = args.time_limit
+        try:
+            options["time_limit"] = optimizers.check_time_limit(args.time_limit)
+        except ValueError:
+            raise ValueError(f"--time-limit: expected a finite number of seconds > 0, "
+                             f"got {args.time_limit}") from None
     if isinstance(args.memory_limit, list) and len(args.memory_limit) != args.devices:
         raise ValueError(f"--memory-limit: expected one size or {args.devices} sizes (one per "
                          f"device), got {len(args.memory_limit)}")
@@ -278,7 +295,9 @@ def cmd_optimize(args) -> int:
         options["policy_dir"] = _policy_dir(args.policy)
     _check_output("--out", args.out)
     _check_output("--plot", args.plot)
-    graph = load_graph(args.graph)
+    graph = load_graph_or_model(args.graph, batch_size=args.batch, training=args.training,
+                                run=args.run)
+    imported = graph  # what `regal apply` re-imports: the user's constraints come on top
     if args.pin or args.colocate:
         from regal.graph import with_constraints
         graph = with_constraints(graph, pins=_parse_pins(args.pin),
@@ -300,18 +319,22 @@ def cmd_optimize(args) -> int:
 
     def progress(evaluations, best):
         if not bars:
-            bars.append(tqdm(total=args.budget, unit="eval", desc=args.method, leave=False))
+            bars.append(tqdm(total=budget, unit="eval", desc=args.method, leave=False))
         bars[0].set_postfix(best=human(best), refresh=False)
         bars[0].update(evaluations - bars[0].n)
     try:
-        solution = optimizers.solve(args.method, problem, args.budget, args.seed,
+        solution = optimizers.solve(args.method, problem, budget, args.seed,
                                     progress=progress, **options)
     finally:
         if bars:
             bars[0].close()
     references = [optimizers.single_device(problem), optimizers.round_robin(problem)]
-    print(f"{args.graph}: {graph.num_nodes} ops on {devices.count} devices")
+    print(f"{args.graph}: {graph.num_nodes:,} ops on {devices.count} devices")
     print("\n".join(optimizers.describe(problem, solution, references)))
+    if solution.extra.get("stopped_by") == "time_limit":
+        print(f"stopped at the time limit ({args.time_limit:g} s)")
+    elif solution.extra.get("stopped_by") == "budget":
+        print(f"stopped at the budget ({budget:,} evaluations) before the time limit")
     status = solution.extra.get("status")
     if status is not None:
         print(f"solver status: {status}" + ("" if solution.extra.get("time_limit") is None
@@ -327,7 +350,8 @@ def cmd_optimize(args) -> int:
               f"{format_bytes(bound.value)} ({bound.source})")
     if args.out:
         import json
-        record = optimizers.solution_record(problem, solution, args.budget, source=args.graph)
+        record = optimizers.solution_record(problem, solution, budget, source=args.graph,
+                                            imported=imported)
         with open(args.out, "w") as f:
             json.dump(record, f, indent=1)
         print(f"wrote {args.out}")
@@ -362,6 +386,10 @@ def cmd_compare(args) -> int:
                              "(regal does)")
         policy_dir = portable_policy_dir(_policy_dir(args.policy))  # records name it
         method_options = {m: {"policy_dir": policy_dir} for m in takers}
+    if args.time_limit is not None:  # every run's options: recorded, and part of its key
+        method_options = method_options or {}
+        for m in methods:
+            method_options[m] = {**method_options.get(m, {}), "time_limit": args.time_limit}
     summary = run_experiment(
         methods, args.graphs, args.out, seeds=args.seeds, budgets=args.budget,
         devices=args.devices, objectives=args.objective, memory_limits=args.memory_limit,
@@ -391,22 +419,66 @@ def cmd_report(args) -> int:
     return 0
 
 
-def cmd_train(args) -> int:
-    _check_output("--out", args.out, folder=True)  # before TensorFlow is paid for
-    from regal.train import TrainConfig, train
+# `regal train` flags -> TrainConfig fields; a flag not given takes TrainConfig's default for
+# a new run and the stored value on --resume (the parser leaves absent flags out of `args`)
+_TRAIN_FIELDS = ("train", "val", "steps", "budget", "devices", "objective", "graphs_per_step",
+                 "samples", "learning_rate", "entropy_coef", "val_every", "val_graphs",
+                 "checkpoint_minutes", "max_minutes", "workers", "ray", "seed", "learn",
+                 "seeds_per_action", "pretrain_from", "pretrain_steps", "augment")
+# what a resumed run may change (regal.train.RESUMABLE_FIELDS, as flags)
+_TRAIN_RESUMABLE = ("steps", "max_minutes", "workers", "ray", "checkpoint_minutes")
 
-    config = TrainConfig(
-        train=args.train, val=args.val, out=args.out, steps=args.steps, budget=args.budget,
-        devices=tuple(args.devices), objective=args.objective,
-        graphs_per_step=args.graphs_per_step, samples=args.samples,
-        learning_rate=args.learning_rate, entropy_coef=args.entropy_coef,
-        val_every=args.val_every, val_graphs=args.val_graphs,
-        checkpoint_minutes=args.checkpoint_minutes, max_minutes=args.max_minutes,
-        workers=args.workers, ray=args.ray, seed=args.seed, learn=args.learn,
-        learn_elite_bias=not args.no_elite_bias, progress=not args.quiet,
-        seeds_per_action=args.seeds_per_action, pretrain_from=args.pretrain_from,
-        pretrain_steps=args.pretrain_steps)
-    summary = train(config, resume=args.resume)
+
+def _train_settings(args) -> dict:
+    """The TrainConfig fields the command line gives explicitly (progress always)."""
+    given = {name: getattr(args, name) for name in _TRAIN_FIELDS if hasattr(args, name)}
+    if "devices" in given:
+        given["devices"] = tuple(given["devices"])
+    if getattr(args, "no_elite_bias", False):
+        given["learn_elite_bias"] = False
+    given["progress"] = not getattr(args, "quiet", False)
+    return given
+
+
+def _flag(field: str) -> str:
+    return "--no-elite-bias" if field == "learn_elite_bias" else "--" + field.replace("_", "-")
+
+
+def cmd_train(args) -> int:
+    import json
+
+    resume = args.resume
+    out = getattr(args, "out", None)
+    if isinstance(resume, str):  # --resume RUN
+        if out is not None and os.path.abspath(out) != os.path.abspath(resume):
+            raise ValueError(f"--resume {resume}: differs from --out {out}; give the run "
+                             "folder once")
+        out = resume
+    if out is None:
+        raise ValueError("--out: the run folder is required (or --resume RUN)")
+    given = _train_settings(args)
+    if not resume:
+        for flag in ("train", "val"):
+            if flag not in given:
+                raise ValueError(f"--{flag}: required for a new run (resuming one takes the "
+                                 f"stored setting: --resume {out})")
+    _check_output("--out", out, folder=True)  # before TensorFlow is paid for
+    from regal.train import TrainConfig, stored_config, train
+
+    settings = dict(given, out=out)
+    if resume:
+        # the stored configuration, with only what may change between sessions changed
+        settings = stored_config(out)
+        for field, value in given.items():
+            same = json.loads(json.dumps(value)) == settings.get(field, value)
+            if not same and field not in _TRAIN_RESUMABLE + ("progress",):
+                raise ValueError(
+                    f"{_flag(field)}: the run in {out} was started with {field}="
+                    f"{settings.get(field)!r}; a resumed run may change only "
+                    f"{', '.join(_flag(f) for f in _TRAIN_RESUMABLE)} and --quiet (start a "
+                    "new run folder to change it)")
+            settings[field] = value
+    summary = train(TrainConfig(**settings), resume=bool(resume))
     print(f"stopped ({summary['stopped']}) at step {summary['step']} after "
           f"{summary['wall_time'] / 60:.1f} min; last validation improvement: "
           f"{summary['val_improvement']}; policy in {summary['policy']}")
@@ -417,6 +489,10 @@ def cmd_apply(args) -> int:
     _check_output("--out", args.out, folder=True)  # before TensorFlow is paid for
     from regal.io.solution import read_solution_file
     solution = read_solution_file(args.solution)  # a bad file: one line, before TensorFlow
+    from regal.io.sources import is_model
+    if not is_model(args.model):
+        raise ValueError(f"{args.model}: a graph file; apply needs the model it was imported "
+                         f"from (the ops' TensorFlow definitions)")
     from regal.measure import apply_solution
 
     result = apply_solution(args.model, solution, args.out, batch_size=args.batch,
@@ -427,6 +503,8 @@ def cmd_apply(args) -> int:
     if result["moved"]:
         print(f"{len(result['moved'])} ops moved to their variable's device (TensorFlow "
               f"colocates ops that use a variable)")
+    else:
+        print("0 ops moved: TensorFlow runs every op on the solution's device")
     if result["unmatched_variables"]:
         print(f"saved_model: {result['unmatched_variables']} variables not found in the "
               f"source got random values")
@@ -506,6 +584,16 @@ def _version() -> str:
     return software_version()
 
 
+def _model_options(p) -> None:
+    """--batch, --training, --run: how `import` and `optimize` import a model."""
+    p.add_argument("--batch", type=positive_int, default=None, metavar="B",
+                   help="a model's batch size (default 1)")
+    p.add_argument("--training", action="store_true",
+                   help="a model's training step: forward, backward, optimizer update")
+    p.add_argument("--run", action="store_true",
+                   help="run the model once and use TensorFlow's measured cost graph")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="regal",
@@ -522,6 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
     data_sub = data.add_subparsers(dest="data_command", required=True)
     p = data_sub.add_parser("info", help="print ops, tensors, bytes and depth of graph files")
     p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON line per file with the exact figures (bytes, us)")
     p.set_defaults(func=cmd_data_info)
     p = data_sub.add_parser("synth", help="generate synthetic graphs from a seed (resumable)")
     p.add_argument("--recipe", metavar="SPLIT", help="a REGAL-like split: train, valid or test")
@@ -545,17 +635,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL", help="SavedModel dir, .keras/.h5, GraphDef "
                    ".pb/.pbtxt, keras.applications.NAME or package.module:attr")
     p.add_argument("--out", required=True, metavar="FILE", help="graph file (.npz, .pbtxt, .pb)")
-    p.add_argument("--batch", type=int, default=1, metavar="B", help="batch size (default 1)")
-    p.add_argument("--training", action="store_true",
-                   help="forward + backward + optimizer update")
-    p.add_argument("--run", action="store_true",
-                   help="execute once and use TensorFlow's measured cost graph")
+    _model_options(p)
     p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser("optimize", help="place and schedule one graph on several devices")
-    p.add_argument("graph", metavar="GRAPH", help="any graph file `regal data info` reads")
+    p = sub.add_parser("optimize", help="place and schedule a model or a graph file on "
+                       "several devices")
+    p.add_argument("graph", metavar="MODEL", help="a model, as for `regal import`, or a graph "
+                   "file (.npz, CostGraphDef .pb/.pbtxt)")
     p.add_argument("--devices", type=device_count, required=True, metavar="D",
                    help=f"number of devices (1..{MAX_DEVICES})")
+    _model_options(p)
     p.add_argument("--memory-limit", type=parse_sizes, default=None, metavar="SIZE[,SIZE...]",
                    help="memory of each device, e.g. 16GiB, or one size per device "
                         "(1GiB,2GiB; default: unlimited)")
@@ -569,9 +658,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="warm start from an earlier solution of this graph (brkga, local-search)")
     p.add_argument("--policy", default=None, metavar="DIR",
                    help="trained policy folder for --method regal (default: data/policy)")
-    p.add_argument("--budget", type=int, default=5000, help="performance-model evaluations")
-    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                   help="solver time limit (methods that take one, e.g. cpsat)")
+    p.add_argument("--budget", type=int, default=None,
+                   help=f"performance-model evaluations (default {DEFAULT_BUDGET}; with "
+                        "--time-limit: no budget unless given, else whichever ends first)")
+    p.add_argument("--time-limit", type=positive_float, default=None, metavar="SECONDS",
+                   help="anytime search: stop when the time is up and keep the best found "
+                        "(every search method; cpsat's own limit; one-shot heuristics "
+                        "just run)")
     p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--out", metavar="JSON", help="write the solution here")
     p.add_argument("--plot", metavar="PNG", help="draw memory over time and a Gantt chart")
@@ -604,6 +697,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fan out on this Ray cluster (implies --ray)")
     p.add_argument("--policy", default=None, metavar="DIR",
                    help="trained policy folder for regal (recorded with each run)")
+    p.add_argument("--time-limit", type=positive_float, default=None, metavar="SECONDS",
+                   help="also stop each run after this wall time (whichever of it and "
+                        "--budget ends first; cpsat's own limit); recorded in the options")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for records.jsonl")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_compare)
@@ -620,37 +716,54 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the gap to the lower bound (it reads every graph file)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("train", help="train the REGAL policy with REINFORCE (resumable)")
-    p.add_argument("--train", required=True, metavar="DIR|RECIPE",
-                   help="training graphs: a folder, or a synth recipe such as train or train:500")
-    p.add_argument("--val", required=True, metavar="DIR|RECIPE", help="validation graphs")
-    p.add_argument("--out", required=True, metavar="RUN", help="run folder (checkpoints, logs)")
-    p.add_argument("--resume", action="store_true", help="continue the run in RUN")
-    p.add_argument("--steps", type=int, default=200, help="policy-gradient steps (default 200)")
-    p.add_argument("--budget", type=int, default=1000, help="BRKGA evaluations per rollout")
-    p.add_argument("--devices", type=device_count, nargs="+", default=[2, 4], metavar="D")
-    p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
-    p.add_argument("--graphs-per-step", type=int, default=4)
-    p.add_argument("--samples", type=int, default=4, help="rollouts per graph (default 4)")
-    p.add_argument("--learning-rate", type=positive_float, default=1e-3)
-    p.add_argument("--entropy-coef", type=non_negative_float, default=1e-3)
-    p.add_argument("--val-every", type=int, default=10, help="steps between validations")
-    p.add_argument("--val-graphs", type=int, default=16)
-    p.add_argument("--checkpoint-minutes", type=positive_float, default=3.0)
-    p.add_argument("--max-minutes", type=positive_float, default=None,
-                   help="stop after this wall time")
-    p.add_argument("--workers", type=positive_int, default=2, help="rollout processes (default 2)")
+    p = sub.add_parser(
+        "train", help="train the REGAL policy with REINFORCE (resumable)",
+        argument_default=argparse.SUPPRESS,  # absent flags: defaults, or the stored run's
+        description="Train a policy into the run folder RUN (checkpoints, history, the final "
+                    "policy in RUN/policy). `regal train --resume RUN` continues a run exactly "
+                    "with the configuration stored in RUN/train_config.json, no flag repeated; "
+                    "--steps, --max-minutes (the whole run's wall time, earlier sessions "
+                    "included), --workers, --ray, --checkpoint-minutes and --quiet may be "
+                    "given to change them, any other flag must equal the stored value.")
+    p.add_argument("--train", metavar="DIR|RECIPE",
+                   help="training graphs: a folder, or a synth recipe such as train or "
+                        "train:500 (required for a new run)")
+    p.add_argument("--val", metavar="DIR|RECIPE",
+                   help="validation graphs (required for a new run)")
+    p.add_argument("--out", metavar="RUN", help="run folder (checkpoints, logs)")
+    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN",
+                   help="continue the run in RUN (or --out RUN) with its stored configuration")
+    p.add_argument("--steps", type=int, help="policy-gradient steps (default 200)")
+    p.add_argument("--budget", type=int, help="BRKGA evaluations per rollout (default 1000)")
+    p.add_argument("--devices", type=device_count, nargs="+", metavar="D",
+                   help="device counts the graphs are drawn with (default 2 4)")
+    p.add_argument("--objective", choices=("peak_memory", "makespan"),
+                   help="default peak_memory")
+    p.add_argument("--graphs-per-step", type=int, help="default 4")
+    p.add_argument("--samples", type=int, help="rollouts per graph (default 4)")
+    p.add_argument("--learning-rate", type=positive_float, help="default 0.001")
+    p.add_argument("--entropy-coef", type=non_negative_float, help="default 0.001")
+    p.add_argument("--val-every", type=int, help="steps between validations (default 10)")
+    p.add_argument("--val-graphs", type=int, help="default 16")
+    p.add_argument("--checkpoint-minutes", type=positive_float, help="default 3")
+    p.add_argument("--max-minutes", type=positive_float,
+                   help="stop after this wall time (the whole run's; default: no limit)")
+    p.add_argument("--workers", type=positive_int, help="rollout processes (default 2)")
     p.add_argument("--ray", action="store_true", help="run rollouts on a local Ray")
-    p.add_argument("--seed", type=non_negative_int, default=0)
-    p.add_argument("--learn", choices=("both", "placement", "scheduling"), default="both",
-                   help="which key groups the policy learns (ablation)")
+    p.add_argument("--seed", type=non_negative_int, help="default 0")
+    p.add_argument("--learn", choices=("both", "placement", "scheduling"),
+                   help="which key groups the policy learns (ablation; default both)")
     p.add_argument("--no-elite-bias", action="store_true", help="do not learn the elite bias")
-    p.add_argument("--seeds-per-action", type=int, default=1,
+    p.add_argument("--seeds-per-action", type=int,
                    help="BRKGA seeds per sampled action, common to a graph's actions (default 1)")
-    p.add_argument("--pretrain-from", metavar="STORE", default=None,
+    p.add_argument("--pretrain-from", metavar="STORE[,STORE...]",
                    help="best-known store (JSON lines) for supervised pretraining")
-    p.add_argument("--pretrain-steps", type=int, default=0,
-                   help="the first this many steps are supervised on --pretrain-from")
+    p.add_argument("--pretrain-steps", type=int,
+                   help="the first this many steps are supervised on --pretrain-from "
+                        "(default 0)")
+    p.add_argument("--augment", type=float, metavar="SCALE",
+                   help="jitter each REINFORCE graph's costs and sizes by log-normal factors "
+                        "of this scale (default 0: none)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
 

@@ -53,7 +53,8 @@ from regal.graph import ComputationGraph, GraphError  # noqa: E402
 from regal.graph import group_leaders  # noqa: E402
 from regal.io.solution import check_solution_record, read_solution_file  # noqa: E402
 from regal.io.tensorflow import (FORWARDING_OPS, ImportedStep, colocation_pairs,  # noqa: E402,F401
-                                 import_step, resolve_model, with_forwarding)
+                                 import_step, keras_major_version, resolve_model,
+                                 with_forwarding)
 from regal.sim import DeviceSpec, simulate, trace  # noqa: E402
 
 __all__ = ["PlacedStep", "Measurement", "configure_devices", "load_solution_record",
@@ -160,6 +161,11 @@ def check_solution(record: dict, graph: ComputationGraph, devices: int | None = 
     check_solution_record(record)
     want = record["graph"]["fingerprint"]
     have = graph.fingerprint()
+    # a solution made with --pin/--colocate keys on the constrained graph and records the
+    # graph as imported beside it: the model imports as that one, and the placement keeps
+    # the imported groups (the user's constraints only add to them)
+    if have == record["graph"].get("imported_fingerprint"):
+        want = have
     if want != have:
         source = record["graph"].get("source") or "?"
         raise ValueError(f"solution: graph fingerprint mismatch: the solution is for "
@@ -298,6 +304,8 @@ def _source_weights(source) -> dict:
         model = source
     elif isinstance(source, os.PathLike) and Path(source).suffix.lower() in (
             ".keras", ".h5", ".hdf5"):
+        if (keras_major_version(source) or 0) >= 3:
+            return {}  # imported through a SavedModel, whose weights come with the step
         model = tf.keras.models.load_model(str(source), compile=False)
     if model is None:
         return {}

@@ -1,7 +1,8 @@
 """Every method behind one interface (docs/design.md §6): `solve(method, problem, budget, seed)`.
 
 A method is a function `method(problem, budget, seed, **options) -> Solution`
-(options may include `progress(evaluations, best)`). `METHODS` maps a name to
+(options may include `progress(evaluations, best)`, and for searches `should_stop()`, which
+`solve` uses for `time_limit`). `METHODS` maps a name to
 the function itself or to a "module:function" string that is imported on first
 use, so baselines and the policy (which imports TensorFlow) register here
 without this module importing them. `solve` times the method and re-scores its
@@ -26,7 +27,8 @@ from regal.sim import DeviceSpec
 __all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "register", "get_method",
            "available_methods", "solve", "score", "single_device", "round_robin",
            "solve_brkga", "solve_random", "solution_record", "read_solution",
-           "execution_order", "describe", "smallest_overflow"]
+           "execution_order", "describe", "smallest_overflow", "check_time_limit",
+           "UNLIMITED_BUDGET"]
 
 OBJECTIVES = ("peak_memory", "makespan")
 
@@ -188,7 +190,8 @@ def _warm_start(problem: Problem, initial) -> np.ndarray | None:
 def solve_brkga(problem: Problem, budget: int, seed: int, *, population_size: int = 100,
                 elite_fraction: float = 0.2, mutant_fraction: float = 0.2, elite_bias=0.7,
                 alpha=None, beta=None, initial=None,
-                progress: Callable[[int, float], None] | None = None) -> Solution:
+                progress: Callable[[int, float], None] | None = None,
+                should_stop: Callable[[], bool] | None = None) -> Solution:
     """BRKGA over the chromosome of docs/design.md §5 (uniform keys by default: BRKGA-5K is budget=5000).
 
     The GA's array work runs compiled (`regal.breed`): the same run, bit for bit, as
@@ -202,22 +205,24 @@ def solve_brkga(problem: Problem, budget: int, seed: int, *, population_size: in
                backend=CompiledBackend())
     callback = None if progress is None else (lambda _gen, used, best: progress(used, best))
     result = ga.run(problem.evaluate, budget, initial=_warm_start(problem, initial),
-                    callback=callback)
+                    callback=callback, should_stop=should_stop)
     return _solution_from_keys(problem, result.best_keys, evaluations=result.evaluations,
                                extra={"history": result.history.tolist(),
                                       "population_size": population_size})
 
 
 def solve_random(problem: Problem, budget: int, seed: int, *, batch_size: int = 100,
-                 progress: Callable[[int, float], None] | None = None) -> Solution:
-    """Random search: `budget` uniform chromosomes, scored in batches; keeps the best."""
+                 progress: Callable[[int, float], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> Solution:
+    """Random search: `budget` uniform chromosomes, scored in batches; keeps the best
+    (`should_stop()`, asked before every batch after the first, ends it early)."""
     if int(budget) != budget or budget < 1:
         raise ValueError(f"budget must be a positive integer, got {budget}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     rng = np.random.default_rng(seed)
     best_keys, best, used = None, np.inf, 0
-    while used < budget:
+    while used < budget and (best_keys is None or should_stop is None or not should_stop()):
         keys = rng.random((min(batch_size, budget - used), problem.num_genes))
         values = problem.evaluate(keys)
         used += len(keys)
@@ -279,18 +284,71 @@ def _accepts(function: Callable, name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-def solve(method_name: str, problem: Problem, budget: int, seed: int = 0, **options) -> Solution:
+# the evaluation budget of a run that only its time limit stops (`solve(..., budget=None,
+# time_limit=...)`): more than any run can spend
+UNLIMITED_BUDGET = 2 ** 62
+
+
+def check_time_limit(value) -> float:
+    """A time limit in seconds: a finite number > 0 (ValueError naming `time_limit`)."""
+    import math
+
+    number = not isinstance(value, bool) and isinstance(value, (int, float, np.number))
+    if not (number and math.isfinite(value) and value > 0):
+        raise ValueError(f"time_limit: expected a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _names(function: Callable, name: str) -> bool:
+    """Whether `function` names keyword `name` itself (a **options catch-all does not count)."""
+    return name in inspect.signature(function).parameters
+
+
+def solve(method_name: str, problem: Problem, budget: int | None, seed: int = 0,
+          **options) -> Solution:
     """Runs one method and returns its answer re-scored by the simulator.
 
     An answer that splits a colocation group or breaks a pin is projected first
     (`regal.decode.respect_colocation`), and `extra["colocation_repaired"]` records how many
     ops that moved (0 when it conformed; absent for graphs without constraints).
+
+    `time_limit=SECONDS` makes every method anytime. A method that takes a time limit itself
+    (cpsat) gets it; one that takes `should_stop` (brkga, random, local-search, tuned-brkga,
+    seeded-brkga, regal) searches until the limit, counted from this call, or until `budget`
+    evaluations are spent, whichever comes first (`budget=None`: no budget); a one-shot
+    heuristic (m-topo, gp-dfs, ...) just runs. Searches stop between batches of evaluations,
+    so a run may end one batch (and its setup: the first population, a policy's reference
+    heuristics) past the limit; the best answer found is kept. `extra["time_limit"]` records
+    the limit and, for searches, `extra["stopped_by"]` ("time_limit" or "budget"). Without
+    `time_limit` nothing changes: a seed and budget give the same run as before.
     """
     method = get_method(method_name)
     if options.get("progress") is not None and not _accepts(method, "progress"):
         options.pop("progress")
     else:
         options = {k: v for k, v in options.items() if not (k == "progress" and v is None)}
+    time_limit = options.pop("time_limit", None)
+    stopped = []  # what stopped the search, when not its budget
+    if time_limit is not None:
+        time_limit = check_time_limit(time_limit)
+        if budget is None:
+            budget = UNLIMITED_BUDGET
+        if _names(method, "time_limit"):
+            options["time_limit"] = time_limit
+        elif _names(method, "should_stop"):
+            deadline = time.perf_counter() + time_limit
+            asked = options.get("should_stop")
+
+            def should_stop() -> bool:
+                if time.perf_counter() >= deadline:
+                    stopped.append("time_limit")
+                elif asked is not None and asked():
+                    stopped.append("should_stop")
+                return bool(stopped)
+            options["should_stop"] = should_stop
+    elif budget is None:
+        raise ValueError(f"budget: expected a number of evaluations for method {method_name!r} "
+                         "(None needs a time_limit)")
     start = time.perf_counter()
     found = method(problem, budget, seed, **options)
     wall_time = time.perf_counter() - start
@@ -302,6 +360,10 @@ def solve(method_name: str, problem: Problem, budget: int, seed: int = 0, **opti
     rescored = score(problem, placement, found.priority, found.transfer_priority)
     if not np.isclose(found.value, rescored["value"], rtol=1e-12, atol=0.0):
         extra["reported_value"] = float(found.value)
+    if time_limit is not None:
+        extra["time_limit"] = time_limit
+        if "should_stop" in options:
+            extra["stopped_by"] = stopped[0] if stopped else "budget"
     return Solution(**rescored, evaluations=int(found.evaluations), wall_time=wall_time,
                     method=method_name, seed=seed, extra=extra)
 
@@ -335,14 +397,24 @@ def execution_order(problem: Problem, solution: Solution) -> np.ndarray:
 
 
 def solution_record(problem: Problem, solution: Solution, budget: int,
-                    source: str | None = None) -> dict:
-    """The content of solution.json: op name -> device and order, plus provenance."""
+                    source: str | None = None, imported: ComputationGraph | None = None) -> dict:
+    """The content of solution.json: op name -> device and order, plus provenance.
+
+    `imported`: the graph before the user's pins and colocations (`regal optimize --pin`),
+    whose fingerprint is recorded too (`graph.imported_fingerprint`, only when it differs),
+    so `regal apply` can match the solution to the model, which imports without them.
+    """
     graph, devices = problem.graph, problem.devices
     order = execution_order(problem, solution)
+    about = {"fingerprint": graph.fingerprint(), "ops": graph.num_nodes, "source": source}
+    if imported is not None and imported.fingerprint() != about["fingerprint"]:
+        if imported.names.tolist() != graph.names.tolist():
+            raise ValueError("solution_record: `imported` has other ops than the problem's graph")
+        about["imported_fingerprint"] = imported.fingerprint()
     return {
         "format": "regal-solution/1",
         "regal_version": _version(),
-        "graph": {"fingerprint": graph.fingerprint(), "ops": graph.num_nodes, "source": source},
+        "graph": about,
         "devices": {"count": devices.count,
                     "memory_limit": None if devices.memory_limit is None
                     else list(devices.memory_limit),
@@ -350,6 +422,7 @@ def solution_record(problem: Problem, solution: Solution, budget: int,
         "objective": problem.objective,
         "method": solution.method,
         "budget": budget,
+        "time_limit": solution.extra.get("time_limit"),  # seconds (--time-limit), or None
         "seed": solution.seed,
         "result": {"value": solution.value, "peak": solution.peak.tolist(),
                    "makespan": solution.makespan, "feasible": solution.feasible,
@@ -416,20 +489,46 @@ def _bytes(value: float) -> str:
 
 
 def _value(objective: str, value: float) -> str:
-    return _bytes(value) if objective == "peak_memory" else f"{value:,.1f} us"
+    from regal.units import format_duration_us
+    return _bytes(value) if objective == "peak_memory" else format_duration_us(value)
+
+
+def _against_one_device(value: float, reference: float, human, reference_feasible: bool) -> str:
+    """' (+119.6% vs one device 1.66 ms)': a figure beside what running everything on one
+    device gives (the `single_device` reference)."""
+    from regal.units import format_change
+    change = format_change(value, reference)
+    over = ", over its memory limit" if not reference_feasible else ""
+    return f" ({change + ' ' if change else ''}vs one device {human(reference)}{over})"
 
 
 def describe(problem: Problem, solution: Solution, references: list[Solution]) -> list[str]:
-    """Lines that `regal optimize` prints: per-device peaks, makespan, feasibility, gains."""
+    """Lines that `regal optimize` prints: the peak memory (per device) and the step time
+    (makespan), each beside running everything on one device, feasibility, and the objective's
+    gain over each reference. Every figure in human units (KiB/MiB/GiB, us/ms/s)."""
+    from regal.units import format_duration_us
     limits = problem.devices.limits
-    lines = [f"method {solution.method}, seed {solution.seed}: {solution.evaluations} "
-             f"evaluations in {solution.wall_time:.1f} s",
-             f"objective {problem.objective}: {_value(problem.objective, solution.value)}"]
-    for k, peak in enumerate(solution.peak):
+    one = next((ref for ref in references if ref.method == "single-device"), None)
+    objective = problem.objective.replace("_", " ")
+    lines = [f"method {solution.method}, seed {solution.seed}: {solution.evaluations:,} "
+             f"evaluations in {solution.wall_time:.1f} s, objective {objective}"]
+    peak = _bytes(max(solution.peak, default=0))
+    if one is not None:
+        peak += _against_one_device(max(solution.peak, default=0), max(one.peak, default=0),
+                                    _bytes, one.feasible)
+    peak_lines = [f"peak memory {peak}"]
+    for k, device_peak in enumerate(solution.peak):
         limit = "" if limits is None else f" / limit {_bytes(limits[k])}"
         ops = int((solution.placement == k).sum())
-        lines.append(f"  device {k}: peak {_bytes(peak)}{limit} ({ops} ops)")
-    lines.append(f"makespan {solution.makespan:,.1f} us")
+        peak_lines.append(f"  device {k}: peak {_bytes(device_peak)}{limit} ({ops:,} ops)")
+    step = format_duration_us(solution.makespan)
+    if one is not None:
+        step += _against_one_device(solution.makespan, one.makespan, format_duration_us,
+                                    one.feasible)
+    step_lines = [f"step time {step}"]
+    # the objective's figure first
+    lines += peak_lines + step_lines if problem.objective == "peak_memory" else \
+        step_lines + peak_lines
     if solution.feasible:
         lines.append("feasible: yes")
     else:
@@ -438,6 +537,11 @@ def describe(problem: Problem, solution: Solution, references: list[Solution]) -
                      "limits (summed over devices)")
         lines.append(f"smallest overflow found: {_bytes(least.overflow)} ({least.method})")
     for ref in references:
+        if problem.objective == "makespan" and not ref.feasible and solution.feasible:
+            # its objective is a ranking penalty, not a step time: no ratio to print
+            lines.append(f"improvement over {ref.method}: n/a ({ref.method} overflows the "
+                         "memory limits)")
+            continue
         gain = (ref.value - solution.value) / ref.value * 100 if ref.value else 0.0
         note = "" if ref.feasible else ", infeasible"
         lines.append(f"improvement over {ref.method} ({_value(problem.objective, ref.value)}"

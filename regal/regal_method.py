@@ -134,11 +134,13 @@ def search(problem: Problem, budget: int, seed: int, *, population_size: int = 1
            elite_fraction: float = 0.2, mutant_fraction: float = 0.2, elite_bias=0.7,
            alpha=None, beta=None, gene_order=None, initial=None,
            uniform_mutant_fraction: float = 0.0, spent: int = 0,
-           progress: Callable[[int, float], None] | None = None) -> Solution:
+           progress: Callable[[int, float], None] | None = None,
+           should_stop: Callable[[], bool] | None = None) -> Solution:
     """BRKGA over keys in slot space: a chromosome `keys` is scored as `keys[gene_order]`
     (device space, docs/design.md §5); without `gene_order` this is plain `solve_brkga`, draw for draw.
     `spent` evaluations were used before (the reference) and come off `budget` (unless that
-    leaves less than one generation; the population then shrinks to what is left, >= 3)."""
+    leaves less than one generation; the population then shrinks to what is left, >= 3).
+    `should_stop()` ends the search early between generations (`brkga.BRKGA.run`)."""
     from brkga import BRKGA
     from regal.breed import CompiledBackend
 
@@ -158,7 +160,7 @@ def search(problem: Problem, budget: int, seed: int, *, population_size: int = 1
 
     callback = None if progress is None else \
         (lambda _gen, used, best: progress(used + int(spent), best))
-    result = ga.run(evaluate, left, initial=initial, callback=callback)
+    result = ga.run(evaluate, left, initial=initial, callback=callback, should_stop=should_stop)
     keys = result.best_keys if order is None else result.best_keys[order]
     placement, priority, transfer = decode(keys, problem.graph, problem.devices)
     return Solution(**score(problem, placement, priority, transfer),
@@ -171,7 +173,8 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
                 policy_hash: str | None = None, mode: str = "greedy", learn=None,
                 learn_elite_bias=None, seed_population: bool = True,
                 uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION,
-                progress: Callable[[int, float], None] | None = None, **brkga_options) -> Solution:
+                progress: Callable[[int, float], None] | None = None,
+                should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
     """REGAL: the policy's per-op choices relative to the reference solution, then BRKGA at
     `budget` (the reference's evaluations included) with `seed`.
 
@@ -183,6 +186,7 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     switch heads off at inference (ablations with one set of weights). `seed_population`
     puts the reference heuristics' solutions in the first population;
     `uniform_mutant_fraction` of the mutants stay uniform (see `search_params`).
+    `should_stop()` ends the BRKGA search early (a time limit, `regal.optimizers.solve`).
     """
     start = time.perf_counter()
     source = "object"
@@ -200,7 +204,8 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     action = ablated_action(policy, action, learn, learn_elite_bias)
     params = search_params(action, seed_population, uniform_mutant_fraction)
     acted = time.perf_counter()
-    found = search(problem, budget, seed, progress=progress, **params, **brkga_options)
+    found = search(problem, budget, seed, progress=progress, should_stop=should_stop, **params,
+                   **brkga_options)
     done = time.perf_counter()
     counts = {head: np.bincount(getattr(action.choices, head),
                                 minlength=len(policy.menus[head])).tolist()

@@ -66,7 +66,8 @@ from regal.workers import exit_with_parent, set_numba_threads  # noqa: E402
 __all__ = ["TrainConfig", "RolloutTask", "run_rollout", "GraphSource", "graph_source",
            "make_actors", "InlineActors", "PoolActors", "RayActors", "BaselineCache",
            "Episode", "Learner", "advantages", "train", "load_checkpoint_policy",
-           "validation_rewards", "BestKnown", "read_best_known", "supervised_targets"]
+           "validation_rewards", "BestKnown", "read_best_known", "supervised_targets",
+           "stored_config"]
 
 CHECKPOINT_FILE = "checkpoint.npz"
 BASELINES_FILE = "baselines.json"
@@ -113,6 +114,7 @@ class TrainConfig:
     uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION
     pretrain_from: str | None = None  # best-known store (JSON lines) for supervised steps
     pretrain_steps: int = 0          # the first this many steps are supervised
+    augment: float = 0.0             # REINFORCE graphs' costs/sizes jittered (log-normal scale)
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -139,7 +141,7 @@ class TrainConfig:
         # a NaN learning rate trained a policy of NaN weights and exited 0 (issue 24 item 5)
         for name, bound in (("learning_rate", "> 0"), ("entropy_coef", ">= 0"),
                             ("clip_norm", "> 0"), ("checkpoint_minutes", "> 0"),
-                            ("max_minutes", "> 0"), ("prior_logit", "")):
+                            ("max_minutes", "> 0"), ("prior_logit", ""), ("augment", ">= 0")):
             value = getattr(self, name)
             if value is None and name == "max_minutes":
                 continue
@@ -504,13 +506,16 @@ class BestKnown:
 
 def read_best_known(path) -> list[BestKnown]:
     """The best entry per (fingerprint, devices, memory limit, objective) of a JSON-lines
-    store; lines of another kind (e.g. effort records), torn or incomplete lines are skipped.
-    ValueError naming the file when it is missing or holds no solution."""
-    path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise ValueError(f"pretrain_from: cannot read {path}: {exc.strerror}") from None
+    store, or of several given as one comma-separated string ("a.jsonl,b.jsonl"); lines of
+    another kind (e.g. effort records), torn or incomplete lines are skipped. ValueError
+    naming the file when one is missing or none holds a solution."""
+    paths = [Path(p) for p in str(path).split(",") if p] if isinstance(path, str) else [Path(path)]
+    lines = []
+    for one in paths:
+        try:
+            lines += one.read_text().splitlines()
+        except OSError as exc:
+            raise ValueError(f"pretrain_from: cannot read {one}: {exc.strerror}") from None
     best: dict[tuple, BestKnown] = {}
     for line in lines:
         try:
@@ -580,6 +585,28 @@ def _target_tables(policy, graph, spec, entry: BestKnown) -> tuple:
 
 # ---------------------------------------------------------------------------
 # the loop
+
+
+def stored_config(out) -> dict:
+    """The configuration run folder `out` was started with (its train_config.json) as
+    TrainConfig keyword arguments, `out` set to the folder given: a resume needs no flag
+    repeated. ValueError naming the folder or file when there is no checkpoint to resume
+    or the stored configuration is unreadable or names a field TrainConfig lacks."""
+    run = Path(out)
+    if not (run / CHECKPOINT_FILE).exists():
+        raise ValueError(f"resume: {run} has no {CHECKPOINT_FILE} to resume from")
+    path = run / CONFIG_FILE
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"resume: cannot read {path}: {exc}") from None
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    if not isinstance(stored, dict):
+        raise ValueError(f"resume: {path}: expected a JSON object of settings")
+    unknown = sorted(set(stored) - known)
+    if unknown:
+        raise ValueError(f"resume: {path}: unknown setting {unknown[0]!r}")
+    return {**stored, "out": str(out)}
 
 
 def _prepare_run(config: TrainConfig, resume: bool) -> tuple[Path, TrainConfig]:
@@ -714,6 +741,9 @@ def _reinforce_step(policy, learner: Learner, train_set: GraphSource, config: Tr
     episodes, jobs = [], []
     for index, d in zip(picks, devs):
         graph, d = train_set[int(index)], int(d)
+        if config.augment:
+            from regal.synth import augment
+            graph = augment(graph, rng, config.augment)
         features = policy.features(graph, DeviceSpec(d), config.objective)
         actions = [policy.act(features, mode="sample", rng=rng) for _ in range(config.samples)]
         episodes.append(Episode(features, [a.choices for a in actions], None))

@@ -16,22 +16,27 @@ from regal.cli import main
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
 
-# Figures derived by hand from the fixture texts (see test_io_costgraph.py for the mapping).
+# Figures derived by hand from the fixture texts (see test_io_costgraph.py for the mapping),
+# as `--json` gives them (exact) and as a person reads them.
+FEATURES_EXACT = {"ops": 6, "tensors": 7, "data edges": 7, "control edges": 2,
+                  "total bytes": 17408, "largest tensor": 4096, "persistent bytes": 1024,
+                  "temporary bytes": 512, "depth": 5}
 FEATURES = {"ops": "6", "tensors": "7", "data edges": "7", "control edges": "2",
-            "total bytes": "17408", "largest tensor": "4096", "persistent bytes": "1024",
-            "temporary bytes": "512", "depth": "5"}
+            "total bytes": "17.00 KiB", "largest tensor": "4.00 KiB",
+            "persistent bytes": "1.00 KiB", "temporary bytes": "512 B", "depth": "5"}
 README = {"ops": "4", "tensors": "3", "data edges": "1", "control edges": "0",
-          "total bytes": "177", "largest tensor": "70", "persistent bytes": "0", "depth": "2"}
+          "total bytes": "177 B", "largest tensor": "70 B", "persistent bytes": "0 B",
+          "depth": "2"}
 
 
 def _parse_report(stdout: str) -> dict[str, dict[str, str]]:
-    """{file: {key: value}} from the indented report."""
+    """{file: {key: value}} from the indented report (key and value apart by 2+ spaces)."""
     out: dict[str, dict[str, str]] = {}
     for line in stdout.splitlines():
         if not line.startswith("  "):
             current = out.setdefault(line.strip(), {})
             continue
-        key, value = line.strip().rsplit(None, 1)
+        key, value = re.split(r"\s{2,}", line.strip(), maxsplit=1)
         current[key] = value
     return out
 
@@ -54,6 +59,35 @@ def test_info_prints_figures(capsys, tmp_path):
     _expect(report[files[1]], README)
     _expect(report[files[2]], FEATURES)
     assert captured.err == ""
+
+
+def test_info_json_is_exact_and_the_human_report_agrees(capsys):
+    """--json gives the summarize() figures unrounded; the human report prints the same
+    figures in KiB/MiB/GiB and us/ms/s, equal within the printed rounding."""
+    import json
+
+    from regal.graph import summarize
+    from regal.io import load_graph
+    from regal.units import parse_bytes, parse_duration_us
+
+    files = [str(DATA / "features.pbtxt"), str(ROOT / "data/real/mobilenetv2_train_b1.npz")]
+    assert main(["data", "info", "--json", *files]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["file"] for r in rows] == files
+    assert {k: rows[0][k] for k in FEATURES_EXACT} == FEATURES_EXACT
+    assert main(["data", "info", *files]) == 0
+    report = _parse_report(capsys.readouterr().out)
+    for row in rows:
+        exact = summarize(load_graph(row["file"]))
+        assert {k: v for k, v in row.items() if k != "file"} == exact
+        human = report[row["file"]]
+        for key in ("ops", "tensors", "data edges", "control edges", "depth"):
+            assert int(human[key].replace(",", "")) == exact[key], key
+        for key in ("total bytes", "largest tensor", "persistent bytes", "temporary bytes"):
+            # two decimals of the unit: within 0.5% (exact below 1 KiB)
+            assert parse_bytes(human[key]) == pytest.approx(exact[key], rel=5e-3, abs=0.5), key
+        assert parse_duration_us(human["compute cost"]) == pytest.approx(
+            exact["compute cost (us)"], rel=5e-3, abs=0.05)
 
 
 @pytest.mark.parametrize("name,pattern", [

@@ -141,6 +141,14 @@ def as_bytes(figure: str) -> float:
     return float(number) * BYTE_UNITS[unit]
 
 
+def info_figure(text: str) -> float:
+    """A `data info` figure as a number: '2,897', '17.00 KiB', '139.0 us'."""
+    from regal.units import parse_bytes, parse_duration_us
+    if " " not in text:
+        return float(text.replace(",", ""))
+    return parse_duration_us(text) if text.endswith(("us", "ms", " s")) else parse_bytes(text)
+
+
 # ---------------------------------------------------------------------------
 # fixtures: a few small graphs, their records, their files in every format
 
@@ -548,8 +556,8 @@ def data_info_case(world, data) -> None:
                                                ("", files, True)])
     code, out, _ = run_cli("args:data-info", argv)
     if code == 0:
-        for key, value in re.findall(r"^  (.+?)\s{2,}(\S+)$", out, flags=re.M):
-            assert float(value) >= 0, (key, value)
+        for key, value in re.findall(r"^  (.+?)\s{2,}(.+)$", out, flags=re.M):
+            assert info_figure(value) >= 0, (key, value)
 
 
 def data_synth_case(world, data) -> None:
@@ -601,8 +609,8 @@ EXTREME_FLOATS = st.sampled_from([float("nan"), float("inf"), -float("inf"), -1.
 def graph_commands(world, path: Path) -> None:
     code, out, _ = run_cli("graphs", ["data", "info", str(path)])
     if code == 0:
-        for key, value in re.findall(r"^  (.+?)\s{2,}(\S+)$", out, flags=re.M):
-            assert math.isfinite(float(value)) and float(value) >= 0, (key, value)
+        for key, value in re.findall(r"^  (.+?)\s{2,}(.+)$", out, flags=re.M):
+            assert math.isfinite(info_figure(value)) and info_figure(value) >= 0, (key, value)
     argv = ["optimize", str(path), "--devices", "2", "--budget", "100", "--method", "random"]
     code, out, _ = run_cli("graphs", argv)
     check_optimize(argv, code, out)

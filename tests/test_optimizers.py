@@ -1,6 +1,7 @@
 """Methods behind one interface, re-scoring, solution files and `regal optimize` end to end."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -212,9 +213,16 @@ def test_cli_optimize_end_to_end(graph_file, tmp_path, capsys):
                  "--seed", "2", "--out", str(out), "--plot", str(png)])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "device 2: peak" in printed and "makespan" in printed and "feasible: yes" in printed
+    assert "device 2: peak" in printed and "step time" in printed and "feasible: yes" in printed
     assert "improvement over single-device" in printed and "round-robin" in printed
     rec = json.loads(out.read_text())
+    # the printed figures are the simulator's, in human units (rounded to 2 decimals)
+    from regal.units import parse_bytes, parse_duration_us
+    step = re.search(r"^step time (\S+ \S+) \(", printed, flags=re.M).group(1)
+    assert parse_duration_us(step) == pytest.approx(rec["result"]["makespan"], rel=5e-3,
+                                                    abs=0.05)
+    peak = re.search(r"^peak memory (\S+ \S+) \(", printed, flags=re.M).group(1)
+    assert parse_bytes(peak) == pytest.approx(max(rec["result"]["peak"]), rel=5e-3, abs=0.5)
     from regal.io import load_graph
     graph = load_graph(graph_file)
     assert rec["graph"]["fingerprint"] == graph.fingerprint()
@@ -226,6 +234,72 @@ def test_cli_optimize_end_to_end(graph_file, tmp_path, capsys):
     problem = opt.Problem(graph, DeviceSpec(3))
     assert opt.read_solution(rec, problem).value == rec["result"]["value"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _summary_figures(lines: list[str]) -> dict:
+    """{'peak memory' | 'step time': (figure, change %, reference figure)} from `describe`."""
+    out = {}
+    for line in lines:
+        m = re.fullmatch(r"(peak memory|step time) (\S+ \S+) \(([+-][\d.]+)% vs one device "
+                         r"(\S+ \S+)(, over its memory limit)?\)", line)
+        if m:
+            out[m.group(1)] = (m.group(2), float(m.group(3)), m.group(4), bool(m.group(5)))
+    return out
+
+
+@pytest.mark.parametrize("objective, spec", [("peak_memory", {}),
+                                             ("makespan", {"memory_limit": 2**40})])
+def test_describe_step_time_and_peak_beside_one_device(objective, spec):
+    """The summary's peak and step time are the simulator's figures for the solution and for
+    everything on one device (simulated here independently), in human units, and the change
+    printed is (solution - one device) / one device within the rounding."""
+    from regal.units import format_bytes, parse_bytes, parse_duration_us
+
+    problem = opt.Problem(generate("cnn", 120, 3), DeviceSpec(3, **spec), objective)
+    sol = opt.solve("brkga", problem, 200, seed=1)
+    one = opt.single_device(problem)
+    lines = opt.describe(problem, sol, [one, opt.round_robin(problem)])
+    figures = _summary_figures(lines)
+    assert set(figures) == {"peak memory", "step time"}, lines
+    # the objective's figure comes first
+    first = next(line for line in lines if line.startswith(("peak memory", "step time")))
+    assert first.startswith("peak memory" if objective == "peak_memory" else "step time")
+
+    _, res = simulated_value(problem, sol)
+    placement_one = np.zeros(problem.graph.num_nodes, dtype=np.int32)
+    res_one = simulate(problem.graph, problem.devices, placement_one, one.priority,
+                       one.transfer_priority)
+    for name, mine, ref, parse in (
+            ("peak memory", res.peak.max(), res_one.peak.max(), parse_bytes),
+            ("step time", res.makespan, res_one.makespan, parse_duration_us)):
+        text, change, ref_text, over = figures[name]
+        assert parse(text) == pytest.approx(mine, rel=5e-3, abs=0.5), name
+        assert parse(ref_text) == pytest.approx(ref, rel=5e-3, abs=0.5), name
+        assert change == pytest.approx((mine - ref) / ref * 100, abs=0.051), name
+        assert not over
+    for k, peak in enumerate(res.peak):
+        assert any(re.match(rf"  device {k}: peak {re.escape(format_bytes(peak))}", line)
+                   for line in lines), (k, lines)
+    assert lines[0].startswith(f"method brkga, seed 1: {sol.evaluations:,} evaluations")
+
+
+def test_describe_notes_a_one_device_reference_over_its_limit():
+    """Under a limit one device cannot meet, the comparison says so instead of implying the
+    one-device step time is attainable."""
+    problem = opt.Problem(generate("cnn", 60, 0), DeviceSpec(2), "makespan")
+    one = opt.single_device(problem)
+    limit = int(one.peak.max()) - 1
+    problem = opt.Problem(problem.graph, DeviceSpec(2, memory_limit=limit), "makespan")
+    one = opt.single_device(problem)
+    assert not one.feasible
+    sol = opt.solve("brkga", problem, 100, seed=0)
+    assert sol.feasible
+    lines = opt.describe(problem, sol, [one])
+    figures = _summary_figures(lines)
+    assert figures["step time"][3] and figures["peak memory"][3]
+    # its objective is a penalty, not a time: no percentage over it
+    assert "improvement over single-device: n/a (single-device overflows the memory limits)" \
+        in lines
 
 
 def test_cli_impossible_memory_limit_exits_3(tmp_path, capsys):

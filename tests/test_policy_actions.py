@@ -262,6 +262,14 @@ def test_read_best_known_keeps_the_best_and_skips_other_lines(tmp_path):
     with pytest.raises(ValueError, match="no best-known"):
         (tmp_path / "empty.jsonl").write_text("")
         read_best_known(tmp_path / "empty.jsonl")
+    # several stores, comma-separated: the best per key over all of them
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({**line, "value": 5.0, "placement": [0, 0, 1]}) + "\n")
+    merged = sorted(read_best_known(f"{path},{other}"), key=lambda e: e.devices)
+    assert [(e.devices, e.value) for e in merged] == [(2, 5.0), (4, 3.0)]
+    assert merged[0].placement.tolist() == [0, 0, 1]
+    with pytest.raises(ValueError, match="missing.jsonl"):
+        read_best_known(f"{path},{tmp_path / 'missing.jsonl'}")
 
 
 # -- losses (TensorFlow) -----------------------------------------------------------------

@@ -358,3 +358,29 @@ def test_resume_trim_keeps_every_valid_step_past_garbage_lines(tmp_path, capsys)
 def test_config_refuses_non_finite_or_out_of_range_numbers(field, value):
     with pytest.raises(ValueError, match=rf"^{field}: expected"):
         TrainConfig(train="train", val="valid", out="x", budget=1000, **{field: value})
+
+
+def test_augmented_graphs_resume_exactly(tmp_path, monkeypatch):
+    """--augment jitters each REINFORCE graph (new costs and sizes, so a new fingerprint),
+    drawn from the loop's rng: a stopped and resumed run repeats the uninterrupted one."""
+    import regal.synth
+
+    seen = []
+    real_augment = regal.synth.augment
+
+    def spy(graph, rng, scale):
+        out = real_augment(graph, rng, scale)
+        seen.append((graph.fingerprint(), out.fingerprint(), scale))
+        return out
+
+    monkeypatch.setattr(regal.synth, "augment", spy)
+    train(tiny_config(tmp_path / "a", 2, augment=0.3))
+    assert len(seen) == 2 * 2 and all(s == 0.3 and a != b for a, b, s in seen)
+    train(tiny_config(tmp_path / "b", 1, augment=0.3))
+    train(tiny_config(tmp_path / "b", 2, augment=0.3), resume=True)
+    a, b = _history(tmp_path / "a"), _history(tmp_path / "b")
+    assert [r["rewards"] for r in a] == [r["rewards"] for r in b]
+    assert seen[4:6] == seen[0:2] and seen[6:8] == seen[2:4]  # the same jittered graphs
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="augment"):
+            tiny_config(tmp_path / "d", 1, augment=bad)

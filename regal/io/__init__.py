@@ -8,8 +8,9 @@
 
 Nothing here imports TensorFlow: the readers use the `protobuf` package with a
 message definition of their own. The TensorFlow importer (`regal.io.tensorflow`)
-is imported only by the commands that need it. Submodules are imported on first
-use, so `import regal.io` stays cheap.
+is imported only by the commands that need it; `regal.io.sources` tells a graph file
+from a model (a GraphDef `.pb` is a model) and reads either. Submodules are imported
+on first use, so `import regal.io` stays cheap.
 """
 
 from __future__ import annotations
@@ -43,10 +44,18 @@ def load_graph(path: str | os.PathLike) -> ComputationGraph:
     if suffix == ".npz":
         from regal.io.native import read_native
         return read_native(path)
+    from regal.graph import GraphError
     from regal.io import costgraph
-    if suffix == ".pbtxt":
-        return costgraph.read_costgraph_text(path)
-    return costgraph.read_costgraph_bytes(path)
+    try:
+        if suffix == ".pbtxt":
+            return costgraph.read_costgraph_text(path)
+        return costgraph.read_costgraph_bytes(path)
+    except GraphError:
+        from regal.io.sources import is_graph_def
+        if is_graph_def(path):
+            raise ValueError(f"{path}: a TensorFlow GraphDef (a model), not a CostGraphDef; "
+                             f"`regal optimize` and `regal import` read it") from None
+        raise
 
 
 def check_regular_file(path: str | os.PathLike, what: str = "file") -> None:

@@ -65,6 +65,9 @@ Choices worth knowing:
   `read` Identity and Assign/Apply ops), and every op with a `_class` attribute
   `loc:@NAME` joins NAME when NAME is imported. Function-call ops, which TF exempts from
   resource-input colocation, stay single ops here (inlined sources have none).
+* Keras 3 files: a `.keras` / `.h5` saved by Keras 3 (the default Keras of TensorFlow >=
+  2.16) cannot be read by tf-keras, so `export_keras3` has Keras 3 export it as a SavedModel
+  in a child process without the legacy switch, and that SavedModel is imported.
 * Control flow: If/While/Case stay single ordinary ops (their bodies are not expanded; the
   cost estimate ignores them); `import_model` warns when it sees one.
 * Training graphs: loss = sum over float outputs of mean(square(output)), gradients with
@@ -91,6 +94,8 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import importlib  # noqa: E402
 import math  # noqa: E402
+import re  # noqa: E402
+import tempfile  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable, NamedTuple, Sequence  # noqa: E402
@@ -102,6 +107,7 @@ with regal.tfenv.quiet_native_logs():  # a `regal` command's errors stay one lin
 from regal.graph import ComputationGraph, GraphBuilder, GraphError  # noqa: E402
 
 __all__ = ["import_model", "import_step", "resolve_model", "with_forwarding", "colocation_pairs",
+           "keras_major_version", "export_keras3",
            "conv2d_backprop_filter_scratch", "conv2d_backprop_input_scratch", "ImportedStep", "FORWARDING_OPS",
            "FLOPS_PER_US", "BYTES_PER_US", "LAUNCH_US"]
 
@@ -264,13 +270,20 @@ def _from_path(path: Path, batch_size, training, input_shapes, learning_rate) ->
     if path.is_dir():
         if not (path / "saved_model.pb").exists() and not (path / "saved_model.pbtxt").exists():
             raise ValueError(f"{path}: a directory but not a SavedModel (no saved_model.pb)")
-        loaded = tf.saved_model.load(str(path))
+        try:
+            loaded = tf.saved_model.load(str(path))
+        except Exception as exc:  # noqa: BLE001 - a damaged SavedModel raises many kinds
+            raise ValueError(f"{path}: cannot load SavedModel ({_one_line(exc)})") from None
         sigs = dict(loaded.signatures)
         if not sigs:
             raise ValueError(f"{path}: SavedModel has no signatures")
         concrete = sigs.get("serving_default") or sigs[sorted(sigs)[0]]
         return _from_concrete(concrete, batch_size, training, input_shapes, learning_rate)
     suffix = path.suffix.lower()
+    if suffix in (".keras", ".h5", ".hdf5") and (keras_major_version(path) or 0) >= 3:
+        with tempfile.TemporaryDirectory(prefix="regal-keras3-") as tmp:
+            saved = export_keras3(path, Path(tmp) / "saved_model")
+            return _from_path(saved, batch_size, training, input_shapes, learning_rate)
     if suffix in (".keras", ".h5", ".hdf5"):
         try:
             model = tf.keras.models.load_model(str(path), compile=False)
@@ -287,6 +300,66 @@ def _from_path(path: Path, batch_size, training, input_shapes, learning_rate) ->
 
 def _one_line(exc) -> str:
     return " ".join(str(exc).split())[:300]
+
+
+def keras_major_version(path: str | os.PathLike) -> int | None:
+    """Major version of the Keras that saved a `.keras` / `.h5` file (None: not recorded).
+
+    A `.keras` file is a zip whose metadata.json names it; an `.h5` file keeps it in a root
+    attribute. tf-keras writes 2.x and reads only those; Keras 3 writes 3.x.
+    """
+    import json
+    import zipfile
+
+    path = Path(path)
+    version = None
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                version = json.loads(archive.read("metadata.json")).get("keras_version")
+        else:
+            import h5py
+            with h5py.File(path, "r") as f:
+                version = f.attrs.get("keras_version")
+    except Exception:  # noqa: BLE001 - unreadable: the loader names what is wrong with it
+        return None
+    if isinstance(version, bytes):
+        version = version.decode("utf-8", errors="replace")
+    match = re.match(r"\s*(\d+)\.", str(version)) if version is not None else None
+    return int(match.group(1)) if match else None
+
+
+# Runs in a child process without TF_USE_LEGACY_KERAS: there `keras` is Keras 3, which
+# reads its own files and exports the model's inference function as a SavedModel.
+_KERAS3_EXPORT = """
+import sys
+import keras
+model = keras.saving.load_model(sys.argv[1], compile=False)
+model.export(sys.argv[2], format="tf_saved_model", verbose=False)
+"""
+
+
+def export_keras3(path: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Converts a Keras 3 `.keras` / `.h5` file to a SavedModel at `out` and returns `out`.
+
+    This process runs tf-keras (Keras 2, for spektral), which cannot deserialise Keras 3's
+    classes, so Keras 3 loads the file in a child process and `Model.export` writes the
+    serving function with the weights. Its forward pass is the inference one (batch norm
+    reads its moving statistics even in a training step), as for any SavedModel.
+    """
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    env["KERAS_BACKEND"] = "tensorflow"
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    proc = subprocess.run([sys.executable, "-c", _KERAS3_EXPORT, str(path), str(out)],
+                          env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        why = lines[-1] if lines else f"exit code {proc.returncode}"
+        raise ValueError(f"{path}: cannot load Keras 3 model ({_one_line(why)})")
+    return Path(out)
 
 
 def _shape_for(i: int, shape, batch_size: int, input_shapes, what: str) -> list[int]:
