@@ -2,7 +2,7 @@
 registered baseline on graphs it has never seen, through the harness (regal.harness).
 
     python experiments/transfer.py --quick     # < 15 min on 2 cores, shipped policy
-    python experiments/transfer.py             # full: >= 100 test graphs, all real graphs
+    python experiments/transfer.py             # full: >= 100 test graphs, every held-out real graph
 
 Writes to experiments/results/transfer_quick/ (or transfer/):
 - table1.md   REGAL vs baselines, synthetic test split and real graphs, 2 and 4 devices:
@@ -36,6 +36,9 @@ from regal.io import load_graph  # noqa: E402
 from regal.regal_method import (policy_content_hash, portable_policy_dir,  # noqa: E402
                                 resolve_policy_dir)
 
+sys.path.insert(0, str(REPO / "experiments"))
+from training_set import HELD_OUT_FAMILIES, family_of  # noqa: E402
+
 TRAIN_MAX_OPS = synth.RECIPES["train"].max_ops  # largest training graph
 ABLATIONS = [  # (label, learn, learn_elite_bias)
     ("placement only", "placement", False), ("placement + elite bias", "placement", True),
@@ -60,10 +63,13 @@ def synth_split(recipe, folder: Path) -> Path:
 
 
 def real_subset(count: int | None, folder: Path) -> Path:
-    """The `count` smallest real graphs (all when None), linked into `folder`."""
-    files = sorted((REPO / "data" / "real").glob("*.npz"))
+    """The `count` smallest real graphs of the held-out families (all when None), linked into
+    `folder`: the policy never trains on these families (experiments/training_set.py)."""
+    files = sorted(p for p in (REPO / "data" / "real").glob("*.npz")
+                   if family_of(p.name) in HELD_OUT_FAMILIES)
     if not files:
-        raise SystemExit("data/real/ holds no graphs; build it with `regal data real`")
+        raise SystemExit("data/real/ holds no graphs of the held-out families "
+                         f"({', '.join(HELD_OUT_FAMILIES)}); build it with `regal data real`")
     if count is not None:
         files = sorted(files, key=lambda p: (load_graph(p).num_nodes, p.name))[:count]
     folder.mkdir(parents=True, exist_ok=True)
@@ -250,7 +256,8 @@ def main(argv=None) -> int:
     # every graph file in it)
     test = synth_split(synth.recipe_named("test", cfg["test_graphs"]),
                        graphs_dir / f"synth_test_{cfg['test_graphs']}")
-    real = real_subset(cfg["real_graphs"], graphs_dir / f"real_{cfg['real_graphs'] or 'all'}")
+    real = real_subset(cfg["real_graphs"],
+                       graphs_dir / f"real_heldout_{cfg['real_graphs'] or 'all'}")
     datasets = {"synth_test": test, "real": real} if cfg["real_graphs"] != 0 else \
         {"synth_test": test}
     large_recipe = synth.custom_recipe(cfg["large_graphs"], *cfg["large_ops"], seed=20240610,
@@ -341,7 +348,8 @@ def main(argv=None) -> int:
               + (f"; cpsat time limit {cfg['cpsat_time']} s" if "cpsat" in baselines_run else "")
               + f". Run {'--quick' if args.quick else 'full'}: {cfg['test_graphs']} synthetic "
               f"test graphs, {cfg['real_graphs'] if cfg['real_graphs'] is not None else 'all'} "
-              f"real graphs, {cfg['large_graphs']} large graphs; baselines: "
+              f"real graphs of the held-out families ({', '.join(HELD_OUT_FAMILIES)}), "
+              f"{cfg['large_graphs']} large graphs; baselines: "
               f"{', '.join(baselines_run)}. Improvement = mean over graphs of "
               f"(BRKGA-5K - method) / BRKGA-5K; p = two-sided Wilcoxon signed-rank test on the "
               f"per-graph objectives vs BRKGA-5K; best-known = the shipped store of long "

@@ -1,0 +1,99 @@
+"""The policy's training graphs in one folder, rebuilt the same on any machine.
+
+    python experiments/training_set.py --out graphs/train_mix
+
+Three kinds, so that training sees graphs like the ones users bring:
+- `synth_*`: the REGAL-like synthetic "train" split (random DAGs, 50-200 ops), the first
+  `--synth` graphs;
+- `net_*`: network-like synthetic graphs (CNN, inception and transformer families; inference
+  graphs of 150-800 ops and training steps of 300-1,500 ops), seeded apart from every split;
+- `real_*`: links to the `data/real` graphs of the training families (`TRAIN_FAMILIES`), at most
+  `--real-max-ops` ops. The other families (`HELD_OUT_FAMILIES`) are never trained on: the
+  transfer experiment's real test uses only them.
+
+Graphs already in the folder are kept (a rerun only adds what is missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from regal import synth  # noqa: E402
+from regal.io import load_graph, save_graph  # noqa: E402
+
+# data/real families; the held-out ones are the real-graph test set of experiments/transfer.py
+TRAIN_FAMILIES = ("densenet121", "efficientnetb0", "mobilenetv2", "nasnetmobile", "vgg16",
+                  "transformer_decoder")
+HELD_OUT_FAMILIES = ("resnet50", "inceptionv3", "xception", "transformer_encoder")
+NET_SEED = 20261125  # apart from the REGAL split seeds
+NET_FAMILIES = ("cnn", "inception", "transformer")
+
+
+def family_of(name: str) -> str:
+    """'mobilenetv2_train_b1.npz' -> 'mobilenetv2'."""
+    stem = Path(name).stem
+    for family in TRAIN_FAMILIES + HELD_OUT_FAMILIES:
+        if stem.startswith(family + "_"):
+            return family
+    return stem.split("_")[0]
+
+
+def build(out: Path, synth_count: int, net_count: int, real_max_ops: int) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {"synth": 0, "net": 0, "real": 0}
+    train = synth.recipe_named("train", synth_count)
+    for i in range(synth_count):
+        path = out / f"synth_{i:05d}.npz"
+        if not path.exists():
+            save_graph(synth.graph_at(train, i), path)
+        counts["synth"] += 1
+    recipes = [synth.custom_recipe(net_count, 150, 800, NET_SEED, family=NET_FAMILIES, name="netinf"),
+               synth.custom_recipe(max(1, net_count // 2), 300, 1500, NET_SEED + 1,
+                                   family=NET_FAMILIES, training=True, name="nettrain")]
+    for recipe in recipes:
+        for i in range(recipe.count):
+            path = out / f"net_{recipe.name}_{i:04d}.npz"
+            if not path.exists():
+                save_graph(synth.graph_at(recipe, i), path)
+            counts["net"] += 1
+    for source in sorted((REPO / "data" / "real").glob("*.npz")):
+        if family_of(source.name) not in TRAIN_FAMILIES:
+            continue
+        if load_graph(source).num_nodes > real_max_ops:
+            continue
+        target = out / f"real_{source.name}"
+        if not target.exists():
+            try:
+                target.symlink_to(source.resolve())
+            except OSError:
+                shutil.copy(source, target)
+        counts["real"] += 1
+    return counts
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path, help="folder to fill")
+    parser.add_argument("--synth", type=int, default=200, help="REGAL-like train graphs")
+    parser.add_argument("--net", type=int, default=40,
+                        help="network-like inference graphs (half as many training steps)")
+    parser.add_argument("--real-max-ops", type=int, default=3300,
+                        help="largest data/real graph to include")
+    args = parser.parse_args(argv)
+    if args.synth < 1 or args.net < 1 or args.real_max_ops < 1:
+        parser.error("--synth, --net and --real-max-ops must be at least 1")
+    counts = build(args.out, args.synth, args.net, args.real_max_ops)
+    print(f"{args.out}: {counts['synth']} synthetic train, {counts['net']} network-like, "
+          f"{counts['real']} real graphs of {', '.join(TRAIN_FAMILIES)} "
+          f"(held out: {', '.join(HELD_OUT_FAMILIES)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
