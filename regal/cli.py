@@ -478,7 +478,11 @@ def cmd_train(args) -> int:
                     f"{', '.join(_flag(f) for f in _TRAIN_RESUMABLE)} and --quiet (start a "
                     "new run folder to change it)")
             settings[field] = value
-    summary = train(TrainConfig(**settings), resume=bool(resume))
+    config = TrainConfig(**settings)  # a bad setting: one line, before TensorFlow loads
+    import regal.tfenv
+    with regal.tfenv.quiet_native_logs():  # absl's and the CUDA probe's lines are noise here
+        import tensorflow  # noqa: F401
+    summary = train(config, resume=bool(resume))
     print(f"stopped ({summary['stopped']}) at step {summary['step']} after "
           f"{summary['wall_time'] / 60:.1f} min; last validation improvement: "
           f"{summary['val_improvement']}; policy in {summary['policy']}")

@@ -153,3 +153,22 @@ def test_new_run_flags_map_onto_the_config_defaults(tmp_path, monkeypatch, capsy
 def test_help_documents_resume(capsys):
     code, text = _run(["train", "--help"], capsys)
     assert code == 0 and "--resume RUN" in text and "train_config.json" in text
+
+
+def test_train_command_prints_no_tensorflow_log_lines(tmp_path):
+    """`regal train` loads TensorFlow with its native log lines (absl's pre-initialisation
+    notices, the CUDA probe) kept off stderr, as import/apply/measure do (issue 23 item 4)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "REGAL_DEBUG")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "regal.cli", "train", "--train", "train:3", "--val", "valid:1",
+         "--out", str(tmp_path / "run"), "--steps", "1", "--budget", "100", "--samples", "2",
+         "--graphs-per-step", "1", "--val-every", "0", "--workers", "1", "--quiet"],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    noisy = [line for line in proc.stderr.splitlines()
+             if any(tag in line for tag in ("absl", "cuda", "I0000", "W0000", "E0000"))]
+    assert noisy == [], noisy
+    assert "stopped (steps) at step 1" in proc.stdout
