@@ -133,15 +133,20 @@ class ComputationGraph(NamedTuple):
         np.cumsum(np.bincount(leaders, minlength=self.num_nodes), out=ptr[1:])
         return {int(L): order[ptr[L]:ptr[L + 1]] for L in multi}
 
-    def depth(self) -> int:
-        """Number of ops on the longest path (1 for a single op)."""
+    def levels(self) -> np.ndarray:
+        """[n] int64: ops on the longest path that ends at each op, minus one (0 for an op
+        without predecessors)."""
         level = np.zeros(self.num_nodes, dtype=np.int64)
         pp, pr = self.pred_ptr, self.pred
         for v in self.topo_order:
             a, b = pp[v], pp[v + 1]
             if b > a:
                 level[v] = level[pr[a:b]].max() + 1
-        return int(level.max()) + 1
+        return level
+
+    def depth(self) -> int:
+        """Number of ops on the longest path (1 for a single op)."""
+        return int(self.levels().max()) + 1
 
     def fingerprint(self) -> str:
         """A stable hash of everything that defines the graph (solutions record it)."""

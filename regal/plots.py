@@ -75,13 +75,7 @@ class OpGroups:
 def op_levels(graph) -> np.ndarray:
     """[n] int64: the number of ops on the longest path that ends at each op, minus one
     (0 for an op without predecessors): the dataflow position groups are ordered by."""
-    level = np.zeros(graph.num_nodes, dtype=np.int64)
-    pp, pr = graph.pred_ptr, graph.pred
-    for v in graph.topo_order:
-        a, b = pp[v], pp[v + 1]
-        if b > a:
-            level[v] = level[pr[a:b]].max() + 1
-    return level
+    return graph.levels()
 
 
 class _Scope:
