@@ -85,13 +85,14 @@ def _wilcoxon(base: list[float], mine: list[float]) -> float | None:
 
 def _spread(values: list[float]) -> float | None:
     """Standard deviation over seeds / their mean (None for a single seed)."""
-    if len(values) < 2:
+    if len(values) < 2 or not all(math.isfinite(v) for v in values):
         return None
-    mean = sum(values) / len(values)
+    mean = sum(v / len(values) for v in values)  # no overflow for values near 1.8e308
     if mean == 0:
         return 0.0
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    return math.sqrt(var) / abs(mean)
+    # relative to the mean first: squares of values near 1e300 would overflow to inf / nan
+    var = math.fsum((v / mean - 1.0) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(var)
 
 
 def store_key(setting: tuple, fingerprint: str) -> tuple:

@@ -645,7 +645,9 @@ def npz_case(world, data) -> None:
         value = data.draw(EXTREME_FLOATS if a.dtype.kind == "f" else EXTREME_INTS)
         if a.dtype.kind != "f" and not -2**63 <= value < 2**63:
             a = a.astype(object)
-        a.flat[data.draw(st.integers(0, a.size - 1))] = value
+        flat = a.reshape(-1)  # a 0-d array (format_version) too
+        flat[data.draw(st.integers(0, a.size - 1))] = value
+        a = flat.reshape(a.shape)
         arrays[name] = a
     elif kind == 1:  # every entry of a size array huge: sums overflow int64
         for field in ("tensor_size", "persistent_memory", "temporary_memory"):

@@ -228,3 +228,15 @@ def test_infeasible_makespans_give_no_nan():
     assert m1["improvement_pct"] == 0.0  # g1: 0; g2: inf -> 50 has no ratio, left out
     assert row(rows, "A", "brkga")["gap_pct"] == float("inf")  # g2: infeasible, best 50
     assert "nan" not in report.to_markdown(rows) + report.to_csv(rows)
+
+
+def test_seed_spread_of_huge_or_infinite_values_is_a_number_or_none():
+    """Found by the slow fuzz run: makespan records under a 0-byte limit carry ranking
+    penalties near 1e300, whose squared deviations overflowed into a NaN spread."""
+    from regal.report import _spread
+
+    assert _spread([1e300, 1.2e300]) == pytest.approx((2 * 0.1 ** 2) ** 0.5 / 1.1)
+    assert _spread([100.0, 120.0]) == pytest.approx((200 ** 0.5) / 110)
+    assert _spread([1.5e308, 1.7e308]) == pytest.approx((2 * 0.1 ** 2) ** 0.5 / 1.6)
+    assert _spread([1.0, float("inf")]) is None and _spread([5.0]) is None
+    assert _spread([0.0, 0.0]) == 0.0

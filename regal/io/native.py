@@ -108,7 +108,8 @@ def arrays_to_graph(arrays) -> ComputationGraph:
                 i = int(np.flatnonzero(out)[0])
                 raise GraphError(f"array {field!r}: entry {i} is {int(arr[i])}, outside the "
                                  f"range of {np.dtype(dtype).name}")
-        a[field] = arr.astype(dtype, copy=False)
+        # an empty array of another kind (complex, say) is just empty: no lossy cast
+        a[field] = arr.astype(dtype, copy=False) if arr.size else np.zeros(0, dtype)
     names = _unpack_strings("names", a["names_utf8"], a["names_offsets"])
     op_types = _unpack_strings("op_types", a["op_types_utf8"], a["op_types_offsets"])
     return build_graph(
