@@ -65,8 +65,8 @@ def test_one_size_is_every_devices_limit(tmp_path):
 def test_bandwidth_and_latency_change_the_makespan(tmp_path):
     """Transfers cost latency + size / bandwidth. One device needs none, so its makespan is the
     sum of compute times whatever the link; with a free link two devices beat it (the graph
-    has parallel branches). A slow link's solution is scored with that link: the same
-    placement scored with the default link has another makespan."""
+    has parallel branches). Each solution is scored with its own link: the free link's
+    two-device placement costs more on a slow link."""
     graph = load_graph(GRAPH)
     single = float(graph.compute_cost.sum())
     _, free = optimize(tmp_path, "free", "--objective", "makespan", "--latency", "0",
@@ -81,7 +81,9 @@ def test_bandwidth_and_latency_change_the_makespan(tmp_path):
         problem = Problem(graph, DeviceSpec(2, **link), "makespan")
         return read_solution(record, problem).makespan
     assert slow["result"]["makespan"] == pytest.approx(makespan(slow, latency=1e7, bandwidth=1))
-    assert slow["result"]["makespan"] != pytest.approx(makespan(slow))
+    # the free link's two-device answer has transfers: the slow link would cost it more
+    assert free["result"]["makespan"] == pytest.approx(makespan(free, latency=0, bandwidth=1e12))
+    assert makespan(free, latency=1e7, bandwidth=1) > free["result"]["makespan"]
     assert slow["result"]["makespan"] != free["result"]["makespan"]
 
 
@@ -139,3 +141,15 @@ def test_bad_knobs_exit_2_naming_the_flag(tmp_path, capsys):
         refused(base + flags, capsys, needle)
     refused(["compare", "--methods", "brkga", "--graphs", str(tmp_path), "--policy",
              str(REPO / "data" / "policy"), "--out", str(tmp_path / "res")], capsys, "--policy")
+
+
+def test_default_method_is_local_search(tmp_path, capsys):
+    """`regal optimize` without --method runs local search (chosen by measurement, README
+    "Which method"): the same answer as the library's local search with that seed and budget."""
+    from regal.optimizers import solve
+
+    code, record = optimize(tmp_path, "default", "--seed", "4")
+    assert code == 0 and "method local-search, seed 4" in capsys.readouterr().out
+    assert record["method"] == "local-search"
+    expected = solve("local-search", Problem(load_graph(GRAPH), DeviceSpec(2)), 200, 4)
+    assert record["result"]["value"] == expected.value

@@ -227,7 +227,7 @@ def test_cli_optimize_end_to_end(graph_file, tmp_path, capsys):
     graph = load_graph(graph_file)
     assert rec["graph"]["fingerprint"] == graph.fingerprint()
     assert (rec["budget"], rec["seed"], rec["objective"], rec["method"]) == \
-        (150, 2, "peak_memory", "brkga")
+        (150, 2, "peak_memory", "local-search")  # the default method
     assert rec["devices"]["count"] == 3 and rec["regal_version"]
     assert set(rec["ops"]) == set(graph.names.tolist())
     assert {e["device"] for e in rec["ops"].values()} <= {0, 1, 2}
@@ -332,7 +332,7 @@ def test_cli_bad_arguments_exit_2(graph_file, args):
 
 @pytest.mark.parametrize("args, message", [
     (["--devices", "0"], "count"),
-    (["--devices", "2", "--budget", "50"], "budget"),
+    (["--devices", "2", "--method", "brkga", "--budget", "50"], "budget"),
     (["--devices", "2", "--method", "nope"], "unknown method"),
 ])
 def test_cli_user_errors_exit_2(graph_file, args, message, capsys):
