@@ -216,7 +216,8 @@ def test_cli_refuses_bad_time_limits(graph_file, tmp_path, capsys, value, comman
     assert not (tmp_path / "res").exists()
 
 
-def test_compare_records_the_time_limit(graph_file, tmp_path, capsys):
+def test_compare_records_the_time_limit(slow_problem, graph_file, tmp_path, capsys):
+    """(`slow_problem` compiles the kernels first: a cold compile is not interruptible.)"""
     from pathlib import Path
 
     out = tmp_path / "res"
