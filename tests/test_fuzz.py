@@ -654,9 +654,10 @@ def npz_case(world, data) -> None:
             arrays[field] = np.full_like(arrays[field], data.draw(EXTREME_INTS.filter(
                 lambda v: -2**63 <= v < 2**63)))
     elif kind == 2:  # wrong dtype or shape
+        rows = a.reshape(-1) if a.ndim == 0 else a  # a 0-d array (format_version) slices as 1-d
         arrays[name] = data.draw(st.sampled_from([
-            a.astype(np.float32), a.astype(np.complex64), a.reshape(1, -1), a[:-1], a[:0],
-            np.array(["x"] * max(1, a.size)), np.concatenate([a, a])]))
+            a.astype(np.float32), a.astype(np.complex64), a.reshape(1, -1), rows[:-1], rows[:0],
+            np.array(["x"] * max(1, a.size)), np.concatenate([rows, rows])]))
     elif kind == 3:  # a data edge that points at itself or nowhere (cycle, dangling)
         if arrays["input_tensor"].size:
             edges = arrays["input_tensor"].copy()
