@@ -1,3 +1,29 @@
 """Test-session set-up shared by every test file."""
 
 import regal.tfenv  # noqa: F401  (Keras 2 for spektral; OR-Tools loaded before TensorFlow)
+
+
+def one_synthetic_graph(folder, min_ops: int, max_ops: int, seed: int) -> str:
+    """The path of one small synthetic graph file written into `folder`."""
+    from regal import synth
+
+    (path,) = synth.materialize(synth.custom_recipe(count=1, min_ops=min_ops, max_ops=max_ops,
+                                                    seed=seed), folder, progress=False)
+    return str(path)
+
+
+def refused(argv, capsys, needle: str) -> str:
+    """Runs `regal ARGV`: it must exit 2 with no traceback and exactly one error line, which
+    names `needle`. Returns stderr."""
+    from regal.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own refusal
+        code = exc.code
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2, (argv, err)
+    assert "Traceback" not in err
+    assert len(errors) == 1 and needle in errors[0], (needle, err)
+    return err

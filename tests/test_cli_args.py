@@ -8,16 +8,15 @@ import types
 
 import pytest
 
-from regal import optimizers, synth
+from regal import optimizers
 from regal.cli import MAX_DEVICES, main, parse_size
+from conftest import one_synthetic_graph, refused
 
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("graphs")
-    (path,) = synth.materialize(synth.custom_recipe(count=1, min_ops=8, max_ops=10, seed=3),
-                                folder, progress=False)
-    return str(path)
+    return one_synthetic_graph(folder, 8, 10, 3)
 
 
 @pytest.fixture
@@ -33,19 +32,6 @@ def no_work(monkeypatch):
         for name in names:
             setattr(fake, name, forbidden)
         monkeypatch.setitem(sys.modules, module, fake)
-
-
-def refused(argv, capsys, needle: str) -> str:
-    """Runs the command; it must exit 2 with no traceback and a message naming `needle`."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own refusal
-        code = exc.code
-    err = capsys.readouterr().err
-    assert code == 2, (argv, err)
-    assert "Traceback" not in err
-    assert needle in err, (needle, err)
-    return err
 
 
 @pytest.mark.parametrize("size", ["1e30", "1e400", "4611686018427387905", "5EiB", "1e99999999"])

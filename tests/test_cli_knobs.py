@@ -14,6 +14,7 @@ from regal.cli import main
 from regal.io import load_graph
 from regal.optimizers import Problem, read_solution
 from regal.sim import DeviceSpec
+from conftest import refused
 
 REPO = Path(__file__).resolve().parent.parent
 GRAPH = str(REPO / "data" / "synth" / "samples" / "random_infer_40.npz")
@@ -25,19 +26,6 @@ def optimize(tmp_path, name: str, *flags: str) -> tuple[int, dict]:
     code = main(["optimize", GRAPH, "--devices", "2", "--budget", "200", *flags,
                  "--out", str(out)])
     return code, json.loads(out.read_text())
-
-
-def refused(argv, capsys, needle: str) -> None:
-    """Exit 2, no traceback, and exactly one error line that names `needle`."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own refusal
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2, (argv, err)
-    assert "Traceback" not in err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
 
 
 @pytest.mark.parametrize("limits", [(0, 2000), (2000, 0), (1, 1), (1400, 2000)])

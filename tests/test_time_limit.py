@@ -15,6 +15,7 @@ from regal import synth
 from regal.cli import main
 from regal.optimizers import Problem, round_robin, solve
 from regal.sim import DeviceSpec, simulate
+from conftest import one_synthetic_graph
 
 LIMIT = 1.0
 # one generation or batch past the deadline, on a 2-core machine shared with other jobs
@@ -35,9 +36,7 @@ def slow_problem() -> Problem:
 @pytest.fixture(scope="module")
 def graph_file(tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("graphs")
-    (path,) = synth.materialize(synth.custom_recipe(count=1, min_ops=40, max_ops=60, seed=5),
-                                folder, progress=False)
-    return str(path)
+    return one_synthetic_graph(folder, 40, 60, 5)
 
 
 # ---------------------------------------------------------------------------
