@@ -1,6 +1,9 @@
 """Test-session set-up shared by every test file."""
 
-import regal.tfenv  # noqa: F401  (Keras 2 for spektral; OR-Tools loaded before TensorFlow)
+import regal.tfenv  # noqa: F401  (first: Keras 2 for spektral; OR-Tools before TensorFlow)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 
 def one_synthetic_graph(folder, min_ops: int, max_ops: int, seed: int) -> str:
@@ -27,3 +30,19 @@ def refused(argv, capsys, needle: str) -> str:
     assert "Traceback" not in err
     assert len(errors) == 1 and needle in errors[0], (needle, err)
     return err
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts chromosomes evaluated through regal.sim.evaluate: {"n": rows so far}."""
+    import regal.sim
+
+    rows = {"n": 0}
+    real = regal.sim.evaluate
+
+    def counting(graph, devices, keys, *args, **kwargs):
+        rows["n"] += len(np.atleast_2d(keys))
+        return real(graph, devices, keys, *args, **kwargs)
+
+    monkeypatch.setattr(regal.sim, "evaluate", counting)
+    return rows

@@ -254,22 +254,6 @@ def _options(method):
     return {"time_limit": 0.25, "reproducible": True} if method == "cpsat" else {}
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    """Counts chromosomes evaluated through regal.sim.evaluate."""
-    import regal.sim
-
-    rows = {"n": 0}
-    real = regal.sim.evaluate
-
-    def counting(graph, devices, keys, *args, **kwargs):
-        rows["n"] += len(np.atleast_2d(keys))
-        return real(graph, devices, keys, *args, **kwargs)
-
-    monkeypatch.setattr(regal.sim, "evaluate", counting)
-    return rows
-
-
 @pytest.mark.parametrize("method", MY_METHODS)
 @pytest.mark.parametrize("which", range(len(CONTRACT)))
 def test_method_contract(method, which, counted):
