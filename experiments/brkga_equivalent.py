@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(REPO))
 
 from regal import harness, optimizers  # noqa: E402
@@ -118,7 +118,7 @@ def first_value(curve, evaluations: int) -> float:
 
 
 def table(rows: list[dict], args) -> str:
-    lines = [f"# Evaluations plain BRKGA needs to match a 5,000-evaluation answer", "",
+    lines = ["# Evaluations plain BRKGA needs to match a 5,000-evaluation answer", "",
              f"BRKGA (uniform keys, population 100) run to {args.budget:,} evaluations per graph and "
              f"device count, seed(s) 0..{args.seeds - 1}; for each method's 5K answer of the same seed, "
              f"the first evaluation count at which BRKGA's best is as good. 'never' = not within "

@@ -6,6 +6,18 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
+def experiment(name: str):
+    """The script experiments/NAME.py loaded as a module (its main() not run)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "experiments" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def one_synthetic_graph(folder, min_ops: int, max_ops: int, seed: int) -> str:
     """The path of one small synthetic graph file written into `folder`."""
     from regal import synth

@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from graphgen import random_graph
 from regal.io import save_graph
-
-ROOT = Path(__file__).parent.parent
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_sim", ROOT / "experiments" / "bench_sim.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import experiment
 
 
 def test_graph_rows_report_each_file_and_device_count(tmp_path, capsys):
     graph = random_graph(np.random.default_rng(3), 12)
     path = tmp_path / "mine.npz"
     save_graph(graph, path)
-    assert _bench().main(["--graphs", str(path), "--devices", "2", "3", "--seconds", "0.05"]) == 0
+    assert experiment("bench_sim").main(["--graphs", str(path), "--devices", "2", "3",
+                                         "--seconds", "0.05"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert [(r[0], int(r[1]), int(r[2]), int(r[3])) for r in rows] == [
         ("mine.npz", graph.num_nodes, graph.num_data_edges, 2),
@@ -41,16 +31,16 @@ def test_a_bad_graph_file_is_named_before_any_timing(tmp_path, capsys):
     save_graph(random_graph(np.random.default_rng(0), 5), good)
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a graph")
-    assert _bench().main(["--graphs", str(good), str(bad)]) == 2
+    assert experiment("bench_sim").main(["--graphs", str(good), str(bad)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""  # nothing was timed
     assert str(bad) in captured.err and "Traceback" not in captured.err
-    assert _bench().main(["--graphs", str(tmp_path / "missing.npz")]) == 2
+    assert experiment("bench_sim").main(["--graphs", str(tmp_path / "missing.npz")]) == 2
     assert "missing.npz" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args", [["--devices", "0"], ["--seconds", "0"], ["--sizes", "0"]])
 def test_bad_numbers_exit_2(args, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
-        _bench().main(args + ["--graphs", str(tmp_path / "x.npz")])
+        experiment("bench_sim").main(args + ["--graphs", str(tmp_path / "x.npz")])
     assert exit_info.value.code == 2

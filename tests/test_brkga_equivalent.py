@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-from conftest import one_synthetic_graph
+from conftest import experiment, one_synthetic_graph
 from regal import harness
-
-ROOT = Path(__file__).parent.parent
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "brkga_equivalent", ROOT / "experiments" / "brkga_equivalent.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_first_reach_and_first_value_by_hand():
-    script = _script()
+    script = experiment("brkga_equivalent")
     curve = [(100, 50.0), (180, 40.0), (260, 40.0), (340, 31.0)]
     assert script.first_reach(curve, 45.0) == 180
     assert script.first_reach(curve, 40.0) == 180
@@ -34,7 +23,7 @@ def test_first_reach_and_first_value_by_hand():
 def test_end_to_end_matches_the_records_and_the_curve(tmp_path):
     """One graph, BRKGA / local search at 5K: the row takes BRKGA-5K from the records, and a
     method's 'needs' is where a fresh BRKGA curve of the same seed first matches its value."""
-    script = _script()
+    script = experiment("brkga_equivalent")
     folder = tmp_path / "graphs"
     folder.mkdir()
     path = one_synthetic_graph(folder, 30, 40, 11)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import time
 import zipfile
@@ -17,16 +16,9 @@ from graphgen import random_graph
 from regal.graph import GraphBuilder, GraphError
 from regal.io import SUFFIXES, load_graph, save_graph
 from regal.io.native import FORMAT_VERSION, graph_to_arrays, read_native, write_native
+from conftest import experiment
 
-ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_io", ROOT / "experiments" / "bench_io.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _typed_graph():
@@ -82,7 +74,7 @@ def test_every_format_gives_the_same_graph(tmp_path):
 
 
 def test_large_graph_loads_fast(tmp_path):
-    g = _bench().random_dag(50_000, seed=1)
+    g = experiment("bench_io").random_dag(50_000, seed=1)
     assert g.num_nodes == 50_000
     path = tmp_path / "big.npz"
     save_graph(g, path)
