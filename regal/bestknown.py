@@ -454,6 +454,8 @@ def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
     """Spends up to `time_per_graph` CPU seconds, plus `time_per_kop` per 1,000 ops, of
     portfolio time on every (graph, devices), minus what the store records as already spent,
     and keeps the store monotone (a large graph evaluates slowly, so it needs more time).
+    `memory_limit`: None, bytes for every device, a per-device list, or a callable
+    `(graph path, devices)` giving one of those per graph (e.g. above its best-known peak).
 
     Work is cut into chunks of at most `_CHUNK_SECONDS`; the parent writes after each, so a
     killed build resumes with at most one chunk per worker lost."""
@@ -482,10 +484,10 @@ def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
         graph = load_graph(path)
         fingerprint = graph.fingerprint()
         for d in devices:
-            limit = None
-            if memory_limit is not None:
-                limit = tuple([int(memory_limit)] * d) if np.isscalar(memory_limit) \
-                    else tuple(int(x) for x in memory_limit)
+            limit = memory_limit(path, d) if callable(memory_limit) else memory_limit
+            if limit is not None:
+                limit = tuple([int(limit)] * d) if np.isscalar(limit) \
+                    else tuple(int(x) for x in limit)
             key = entry_key(fingerprint, d, limit, objective)
             summary.keys += 1
             owed = (time_per_graph + time_per_kop * graph.num_nodes / 1000.0

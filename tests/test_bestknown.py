@@ -175,3 +175,24 @@ def test_build_on_ray(tmp_path):
     assert summary.chunks == 2
     best, effort = load_store(store)
     assert len(best) == 2 and len(effort) == 2
+
+
+def test_build_with_a_limit_per_graph(tmp_path):
+    """A callable memory limit keys each graph's entry by its own limit, and the entry's
+    solution meets it (the store of the transfer experiment's makespan table)."""
+    graphs = {path.stem: graph for graph, path in (_graph_file(tmp_path, s) for s in (21, 22))}
+    limits = {}
+
+    def limit_of(path, devices):
+        one = single_device(Problem(graphs[path.stem], DeviceSpec(1))).value
+        limits[path.stem] = int(0.8 * one)
+        return limits[path.stem]
+
+    store = tmp_path / "mk.jsonl"
+    build_store([tmp_path], store, devices=[2], objective="makespan", memory_limit=limit_of,
+                time_per_graph=1.0, workers=1, progress=False)
+    best, _ = load_store(store)
+    assert set(best) == {entry_key(graphs[name].fingerprint(), 2, [limit] * 2, "makespan")
+                         for name, limit in limits.items()}
+    for (_, _, limit, _), entry in best.items():
+        assert max(entry.peak) <= limit[0]

@@ -447,3 +447,34 @@ def test_infeasible_makespan_records_are_records(graph_dir, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "0 runs done, 2 already recorded" in captured.out and captured.err == ""
     assert harness.check_record(dict(records[0], feasible=True)) is not None  # inf: infeasible
+
+
+def test_per_graph_memory_limits(graph_dir, tmp_path):
+    """A callable gives each (graph, devices) its own limit: asked once per pair (not per
+    method), recorded with the run, obeyed by the simulator, and a rerun skips the runs."""
+    asked = Counter()
+
+    def limit_of(path, devices):
+        asked[(Path(path).name, devices)] += 1
+        return 40 * devices + load_graph(path).num_nodes
+
+    kwargs = dict(seeds=1, budgets=BUDGET, devices=[2, 3], objectives="makespan",
+                  memory_limits=limit_of, workers=1, progress=False, limit=2)
+    first = harness.run_experiment(["random", "brkga"], graph_dir, tmp_path, **kwargs)
+    records = harness.load_records(tmp_path)
+    assert first.ran == len(records) == 2 * 2 * 2
+    assert set(asked.values()) == {1} and len(asked) == 2 * 2
+    for r in records:
+        assert r["memory_limit"] == 40 * r["devices"] + r["ops"]
+        assert r["feasible"] == (max(r["peak"]) <= r["memory_limit"])
+    again = harness.run_experiment(["random", "brkga"], graph_dir, tmp_path, **kwargs)
+    assert again.ran == 0 and again.skipped == len(records)
+
+
+def test_a_bad_per_graph_limit_names_the_graph(graph_dir, tmp_path):
+    first = sorted(graph_dir.glob("*.npz"))[0].stem
+    with pytest.raises(ValueError, match=f"memory_limit of {first} at 2 devices"):
+        harness.run_experiment(["random"], graph_dir, tmp_path, seeds=1, budgets=BUDGET,
+                               devices=2, memory_limits=lambda path, d: -1, workers=1,
+                               progress=False)
+    assert not (tmp_path / harness.RECORDS_FILE).exists()

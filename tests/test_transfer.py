@@ -1,0 +1,72 @@
+"""experiments/transfer.py's makespan table: per-graph memory limits, one row per method."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import experiment
+
+from regal import report
+from regal.bestknown import entry_key
+
+transfer = experiment("transfer")
+
+
+def rec(graph, method, value, limit, objective="makespan"):
+    return dict(method=method, dataset="synth_test", graph=graph, fingerprint=f"fp-{graph}",
+                seed=0, budget=5000, devices=2, memory_limit=limit, objective=objective,
+                options="{}", status="ok", value=value, feasible=True, evaluations=5000,
+                wall_time=1.0, error=None)
+
+
+def test_per_graph_limits_make_one_row_per_method():
+    """Two graphs with their own limits: one makespan row per method, improvement and gap
+    worked out by hand (g1: 100 -> 90, best-known 80; g2: 200 -> 220, best-known 200)."""
+    records = [rec("g1", "brkga", 100.0, 1000), rec("g1", "m1", 90.0, 1000),
+               rec("g2", "brkga", 200.0, 3000), rec("g2", "m1", 220.0, 3000),
+               rec("g1", "brkga", 7.0, None, "peak_memory")]
+    store = {entry_key("fp-g1", 2, [1000, 1000], "makespan"): 80.0,
+             entry_key("fp-g2", 2, [3000, 3000], "makespan"): 200.0,
+             entry_key("fp-g1", 2, None, "peak_memory"): 5.0}
+    flat, best = transfer.per_graph_limits(records, store)
+    assert [r["memory_limit"] for r in flat] == [None] * 4 + [None]
+    assert best == {("fp-g1", 2, None, "makespan"): 80.0, ("fp-g2", 2, None, "makespan"): 200.0,
+                    ("fp-g1", 2, None, "peak_memory"): 5.0}
+    rows = [r for r in report.summarize(flat, best_known=best) if r["objective"] == "makespan"]
+    by_method = {r["method"]: r for r in rows}
+    assert set(by_method) == {"brkga", "m1"} and by_method["m1"]["graphs"] == 2
+    m1 = by_method["m1"]
+    assert m1["improvement_pct"] == pytest.approx(100 * (0.10 + -0.10) / 2)
+    assert m1["gap_pct"] == pytest.approx(100 * (10 / 80 + 20 / 200) / 2)
+    assert (m1["wins"], m1["losses"]) == (1, 1)
+    table = transfer.markdown([dict(r, label=r["method"], p_value=r["wilcoxon_p"])
+                               for r in rows], "t")
+    assert "makespan under a per-graph memory limit" in table and "feasible runs (%)" in table
+
+
+def test_makespan_limit_is_a_share_above_the_best_known_peak(tmp_path):
+    """`makespan_limits`: factor x the store's peak where the store has the graph, else x the
+    reference heuristics' best peak (which the limit then lets through)."""
+    import numpy as np
+
+    from graphgen import random_graph
+    from regal.bestknown import Entry, Store
+    from regal.io import save_graph
+    from regal.optimizers import Problem, solve
+    from regal.policy.reference import reference_for
+    from regal.sim import DeviceSpec
+
+    graphs = [random_graph(np.random.default_rng(seed), 20) for seed in (1, 2)]
+    paths = [tmp_path / f"g{i}.npz" for i in range(2)]
+    for graph, path in zip(graphs, paths):
+        save_graph(graph, path)
+    problem = Problem(graphs[0], DeviceSpec(2))
+    found = solve("brkga", problem, 200, 0)
+    store_path = tmp_path / "peak.jsonl"
+    store = Store(store_path)
+    store.offer(Entry.from_solution(problem, found, graph="g0", found_by="brkga",
+                                    evaluations=200, seconds=0.0))
+    store.close()
+    limit_of = transfer.makespan_limits(1.5, stores=[store_path])
+    assert limit_of(paths[0], 2) == int(1.5 * found.value)
+    assert limit_of(paths[1], 2) == int(1.5 * reference_for(graphs[1], DeviceSpec(2),
+                                                            "peak_memory").value)
