@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# run as a script, this folder comes first on sys.path, and experiments/baselines.py would
-# shadow the `baselines` package that holds the methods
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 
 def _load_cache(path: Path) -> dict:

@@ -1,8 +1,8 @@
 """The baseline comparison (issue 5, docs/design.md §7): every method on the synthetic test split and
 on the real graph set, through the resumable harness, then Table 1.
 
-    .venv/bin/python experiments/baselines.py --quick     # a few minutes: small subsets
-    .venv/bin/python experiments/baselines.py             # 100 synthetic + real inference b1
+    .venv/bin/python experiments/baseline_table.py --quick     # a few minutes: small subsets
+    .venv/bin/python experiments/baseline_table.py             # 100 synthetic + real inference b1
 
 Raw records go to runs/ (git-ignored; rerun the same command to resume after a kill);
 tables (Markdown, CSV, bar chart) go to experiments/results/baselines[_quick]/.
@@ -17,9 +17,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# run as a script, this file's folder comes first on sys.path, and this file's name would
-# shadow the `baselines` package that holds the methods
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 ALL_METHODS = ("brkga", "tuned-brkga", "cpsat", "gp-dfs", "local-search", "random", "m-topo",
                "m-etf")
 
