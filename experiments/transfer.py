@@ -103,22 +103,6 @@ def _p(value):
     return "–" if value is None else (f"{value:.1e}" if value < 1e-3 else f"{value:.3f}")
 
 
-def per_graph_limits(records, best_known: dict) -> tuple[list[dict], dict]:
-    """Makespan records and store keys with their per-graph memory limit dropped, so that
-    one table row covers a split whose graphs each have their own limit (the limit still
-    sits in every record; `makespan_limits` makes it the same for every method)."""
-    records = [dict(r, memory_limit=None) if r["objective"] == "makespan" else r
-               for r in records]
-    dropped = {}
-    for (fingerprint, devices, limit, objective), value in best_known.items():
-        key = (fingerprint, devices, None, objective)
-        if objective == "makespan":
-            dropped[key] = min(dropped.get(key, math.inf), value)
-        elif limit is None:
-            dropped[key] = value
-    return records, dropped
-
-
 def makespan_limits(factor: float = MAKESPAN_FACTOR, stores=None):
     """`(graph path, devices) -> bytes`: `factor` x the graph's best-known peak memory (the
     shipped stores), or x the reference heuristics' best peak where the store has none."""
@@ -145,10 +129,12 @@ def metric_rows(records, datasets, devices_list, label_of, objective="peak_memor
     """regal.report's rows (improvement, Wilcoxon p and wins/losses against BRKGA-5K, gap
     from the best-known store and to the lower bound) for the given datasets and devices."""
     rows = []
-    records, best_known = per_graph_limits(
-        [r for r in records if r["objective"] == objective], report.best_known_values())
+    records = [r for r in records if r["objective"] == objective]
+    best_known = report.best_known_values()
     bounds = report.lower_bounds(records)
-    for row in report.summarize(records, best_known=best_known, bounds=bounds):
+    # makespan runs: every graph has its own limit (`makespan_limits`), one row per method
+    for row in report.summarize(records, best_known=best_known, bounds=bounds,
+                                pool_limits=True):
         if row["dataset"] not in datasets or row["devices"] not in devices_list:
             continue
         if row["method"] == "brkga" and row["budget"] != 5000:

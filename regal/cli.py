@@ -414,7 +414,7 @@ def cmd_report(args) -> int:
         _check_output("--out", args.out, folder=True)
     result = write_report(args.results, args.out, baseline=("brkga", args.baseline_budget),
                           chart=not args.no_chart, best_known=args.best_known,
-                          bounds=not args.no_bounds)
+                          bounds=not args.no_bounds, pool_limits=args.pool_limits)
     for line in result.get("skipped", ()):
         print(f"regal: warning: {line}", file=sys.stderr)
     print(result["markdown"])
@@ -724,6 +724,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="best-known stores for the gap from best (default: data/bestknown/)")
     p.add_argument("--no-bounds", action="store_true",
                    help="skip the gap to the lower bound (it reads every graph file)")
+    p.add_argument("--pool-limits", action="store_true",
+                   help="one row per method over graphs that each ran under their own memory "
+                        "limit (e.g. transfer.py's makespan runs), not a setting per limit")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(

@@ -29,7 +29,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["BASELINE", "CSV_FIELDS", "baseline_name", "summarize", "to_markdown", "to_csv", "write_report"]
+__all__ = ["BASELINE", "CSV_FIELDS", "baseline_name", "pool_memory_limits", "summarize",
+           "to_markdown", "to_csv", "write_report"]
 
 BASELINE = ("brkga", 5000)  # BRKGA-5K: method brkga at a budget of 5,000 evaluations
 CSV_FIELDS = ("objective", "devices", "memory_limit", "dataset", "method", "budget", "options",
@@ -105,7 +106,8 @@ def store_key(setting: tuple, fingerprint: str) -> tuple:
 
 
 def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
-              best_known: dict | None = None, bounds: dict | None = None) -> list[dict]:
+              best_known: dict | None = None, bounds: dict | None = None,
+              pool_limits: bool = False) -> list[dict]:
     """One row per (setting, dataset, method, budget, options), metrics in percent.
 
     The baseline is `baseline` = (method, budget) run with default options. `best_known`
@@ -122,6 +124,8 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
         if why is not None:
             raise ValueError(f"records: record {index} ({_name(r)}): {why}")
     best_known = best_known or {}
+    if pool_limits:  # after the checks: a record's feasibility is judged by its own limit
+        records, best_known = pool_memory_limits(records, best_known)
     bounds = bounds or {}
     best: dict[tuple, float] = {}             # (setting, fingerprint) -> best value ever
     per_seed = defaultdict(list)              # (setting, dataset, method, budget, fp) -> values
@@ -342,11 +346,29 @@ def lower_bounds(records: list[dict]) -> dict:
     return out
 
 
+def pool_memory_limits(records: Iterable[dict], best_known: dict) -> tuple[list[dict], dict]:
+    """`records` and best-known store keys with their memory limit dropped, so that graphs
+    that each have their own limit (e.g. 1.2 x their own best-known peak: one absolute limit
+    is loose for some graphs of a split and infeasible for others) make one row per method
+    instead of a setting per graph. Runs of a graph under two limits then share a row: pool
+    only records made with one limit per (graph, devices, objective)."""
+    pooled = [dict(r, memory_limit=None) if r.get("memory_limit") is not None else r
+              for r in records]
+    keys: dict = {}
+    for (fingerprint, devices, _limit, objective), value in best_known.items():
+        key = (fingerprint, devices, None, objective)
+        keys[key] = min(keys.get(key, math.inf), value)
+    return pooled, keys
+
+
 def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
-                 chart: bool = True, keep=None, best_known=None, bounds: bool = True) -> dict:
+                 chart: bool = True, keep=None, best_known=None, bounds: bool = True,
+                 pool_limits: bool = False) -> dict:
     """Reads every record under `results` (those `keep(record)` accepts, if given); writes
     table.md, table.csv and a bar chart per setting into `out` (default: `results`).
     `best_known`: store files (default: the shipped stores under data/bestknown/).
+    `pool_limits`: one setting for runs whose graphs each have their own memory limit
+    (`pool_memory_limits`, as in `summarize`).
     Returns {"markdown": text, "rows": [...], "files": [...], "skipped": [sentence per
     file with lines that are not compare records]}."""
     from regal.harness import load_records, skipped_lines
@@ -357,7 +379,7 @@ def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
         why = "" if not skipped else f" ({skipped_lines(skipped)[0]})"
         raise ValueError(f"results: no records (*.jsonl) under {results}{why}")
     rows = summarize(records, baseline, best_known=best_known_values(best_known),
-                     bounds=lower_bounds(records) if bounds else None)
+                     bounds=lower_bounds(records) if bounds else None, pool_limits=pool_limits)
     out = Path(results if out is None else out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: {out} is a file, expected a folder")

@@ -471,6 +471,23 @@ def test_per_graph_memory_limits(graph_dir, tmp_path):
     assert again.ran == 0 and again.skipped == len(records)
 
 
+def test_report_pools_per_graph_limits(graph_dir, tmp_path, capsys):
+    """`regal report --pool-limits`: one section per device count, each method over both
+    graphs; without it, a section per graph's limit."""
+    harness.run_experiment(["random", "brkga"], graph_dir, tmp_path, seeds=1, budgets=BUDGET,
+                           devices=[2, 3], objectives="makespan", workers=1, progress=False,
+                           limit=2,
+                           memory_limits=lambda path, d: 50 * d + load_graph(path).num_nodes)
+    assert main(["report", str(tmp_path), "--no-chart", "--no-bounds", "--pool-limits"]) == 0
+    pooled = capsys.readouterr().out
+    assert pooled.count("## makespan, 2 devices, no memory limit") == 1
+    assert pooled.count("## makespan, 3 devices, no memory limit") == 1
+    assert main(["report", str(tmp_path), "--no-chart", "--no-bounds"]) == 0
+    apart = capsys.readouterr().out
+    limits = {r["memory_limit"] for r in harness.load_records(tmp_path)}
+    assert apart.count("## makespan,") == len(limits) > 2
+
+
 def test_a_bad_per_graph_limit_names_the_graph(graph_dir, tmp_path):
     first = sorted(graph_dir.glob("*.npz"))[0].stem
     with pytest.raises(ValueError, match=f"memory_limit of {first} at 2 devices"):

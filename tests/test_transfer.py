@@ -1,4 +1,4 @@
-"""experiments/transfer.py's makespan table: per-graph memory limits, one row per method."""
+"""Per-graph memory limits (experiments/transfer.py's makespan table): one row per method."""
 
 from __future__ import annotations
 
@@ -27,11 +27,12 @@ def test_per_graph_limits_make_one_row_per_method():
     store = {entry_key("fp-g1", 2, [1000, 1000], "makespan"): 80.0,
              entry_key("fp-g2", 2, [3000, 3000], "makespan"): 200.0,
              entry_key("fp-g1", 2, None, "peak_memory"): 5.0}
-    flat, best = transfer.per_graph_limits(records, store)
-    assert [r["memory_limit"] for r in flat] == [None] * 4 + [None]
+    flat, best = report.pool_memory_limits(records, store)
+    assert [r["memory_limit"] for r in flat] == [None] * 5
     assert best == {("fp-g1", 2, None, "makespan"): 80.0, ("fp-g2", 2, None, "makespan"): 200.0,
                     ("fp-g1", 2, None, "peak_memory"): 5.0}
-    rows = [r for r in report.summarize(flat, best_known=best) if r["objective"] == "makespan"]
+    rows = [r for r in report.summarize(records, best_known=store, pool_limits=True)
+            if r["objective"] == "makespan"]
     by_method = {r["method"]: r for r in rows}
     assert set(by_method) == {"brkga", "m1"} and by_method["m1"]["graphs"] == 2
     m1 = by_method["m1"]
