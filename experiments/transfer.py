@@ -303,7 +303,9 @@ def main(argv=None) -> int:
         {"synth_test": test}
     large_recipe = synth.custom_recipe(cfg["large_graphs"], *cfg["large_ops"], seed=20240610,
                                        family="random", name="large")
-    large = synth_split(large_recipe, graphs_dir / f"large_{cfg['large_graphs']}")
+    # named by size too: --quick and the full run draw their large graphs from other ranges
+    large = synth_split(large_recipe, graphs_dir / "large_{}_{}-{}".format(
+        cfg["large_graphs"], *cfg["large_ops"]))
     assert large_recipe.min_ops >= 10 * TRAIN_MAX_OPS
 
     methods = [m for m in optimizers.available_methods() if m != "regal"]
@@ -371,10 +373,13 @@ def main(argv=None) -> int:
 
     # only the graphs as they are now (a rebuilt data/real/ leaves records of old versions),
     # and makespan runs under today's limits
-    current = {e.fingerprint for e in harness.find_graphs({**datasets, "large": large})}
-    records = [r for r in harness.load_records(out) if r["fingerprint"] in current and (
-        r["objective"] != "makespan" or r["memory_limit"] == limit_of(r["graph_path"],
-                                                                       r["devices"]))]
+    # and makespan runs under today's limits; a record's graph is read from where it is now
+    # (records made in another clone name that clone's path; bounds and limits need the file)
+    current = {e.fingerprint: e.path for e in harness.find_graphs({**datasets, "large": large})}
+    records = [dict(r, graph_path=current[r["fingerprint"]])
+               for r in harness.load_records(out) if r["fingerprint"] in current]
+    records = [r for r in records if r["objective"] != "makespan"
+               or r["memory_limit"] == limit_of(r["graph_path"], r["devices"])]
     options_label = {json.dumps(o, sort_keys=True): label for label, o in variants.items()}
     regal_key = json.dumps(regal_opts, sort_keys=True)
 
