@@ -125,6 +125,18 @@ def makespan_limits(factor: float = MAKESPAN_FACTOR, stores=None):
     return limit_of
 
 
+def current_records(records, entries, limit_of) -> list[dict]:
+    """The records of the graphs as they are now (a rebuilt data/real/ leaves records of old
+    versions), makespan ones only under today's limit, each pointing at its graph file here
+    (matched by fingerprint: records made in another clone name that clone's paths, and the
+    lower bounds and limits read the file)."""
+    current = {e.fingerprint: e.path for e in entries}
+    records = [dict(r, graph_path=current[r["fingerprint"]])
+               for r in records if r["fingerprint"] in current]
+    return [r for r in records if r["objective"] != "makespan"
+            or r["memory_limit"] == limit_of(r["graph_path"], r["devices"])]
+
+
 def metric_rows(records, datasets, devices_list, label_of, objective="peak_memory") -> list[dict]:
     """regal.report's rows (improvement, Wilcoxon p and wins/losses against BRKGA-5K, gap
     from the best-known store and to the lower bound) for the given datasets and devices."""
@@ -371,15 +383,8 @@ def main(argv=None) -> int:
                                    {"cpsat": {"time_limit": cfg["cpsat_time"]}}
                                    if "cpsat" in methods else {})}, **common)
 
-    # only the graphs as they are now (a rebuilt data/real/ leaves records of old versions),
-    # and makespan runs under today's limits
-    # and makespan runs under today's limits; a record's graph is read from where it is now
-    # (records made in another clone name that clone's path; bounds and limits need the file)
-    current = {e.fingerprint: e.path for e in harness.find_graphs({**datasets, "large": large})}
-    records = [dict(r, graph_path=current[r["fingerprint"]])
-               for r in harness.load_records(out) if r["fingerprint"] in current]
-    records = [r for r in records if r["objective"] != "makespan"
-               or r["memory_limit"] == limit_of(r["graph_path"], r["devices"])]
+    records = current_records(harness.load_records(out),
+                              harness.find_graphs({**datasets, "large": large}), limit_of)
     options_label = {json.dumps(o, sort_keys=True): label for label, o in variants.items()}
     regal_key = json.dumps(regal_opts, sort_keys=True)
 

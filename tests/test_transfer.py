@@ -71,3 +71,19 @@ def test_makespan_limit_is_a_share_above_the_best_known_peak(tmp_path):
     assert limit_of(paths[0], 2) == int(1.5 * found.value)
     assert limit_of(paths[1], 2) == int(1.5 * reference_for(graphs[1], DeviceSpec(2),
                                                             "peak_memory").value)
+
+
+def test_current_records_point_at_the_graphs_here():
+    """Records name the clone they were made in; the tables read graphs from here (by
+    fingerprint), drop graphs that changed, and drop makespan runs under another limit."""
+    from regal.harness import GraphEntry
+
+    entries = [GraphEntry("synth_test", "g1", "/here/g1.npz", "fp-g1", 10),
+               GraphEntry("synth_test", "g2", "/here/g2.npz", "fp-g2", 10)]
+    records = [dict(rec("g1", "brkga", 1.0, None, "peak_memory"), graph_path="/there/g1.npz"),
+               dict(rec("g2", "brkga", 1.0, 2000), graph_path="/there/g2.npz"),
+               dict(rec("g2", "m1", 1.0, 1999), graph_path="/there/g2.npz"),
+               dict(rec("g3", "brkga", 1.0, None, "peak_memory"), graph_path="/there/g3.npz")]
+    kept = transfer.current_records(records, entries, lambda path, d: 1000 * d)
+    assert [(r["graph"], r["method"], r["graph_path"]) for r in kept] == [
+        ("g1", "brkga", "/here/g1.npz"), ("g2", "brkga", "/here/g2.npz")]
