@@ -15,13 +15,10 @@ between groups merged), so METIS never splits one; pinned groups then go to thei
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-
 import numpy as np
 
 from regal.decode import respect_colocation
+from regal.native import silenced
 from regal.optimizers import Problem, Solution, score
 
 __all__ = ["solve", "partition", "dfs_order"]
@@ -73,23 +70,6 @@ def _units(graph) -> tuple[np.ndarray, int]:
     return unit.reshape(-1), len(leaders)
 
 
-@contextlib.contextmanager
-def _c_stdout_silenced():
-    """METIS prints its complaints about degenerate sub-bisections (e.g. "Cannot bisect a
-    graph with 0 vertices" for vgg16_infer_b1 at 8 devices) with C printf, into the user's
-    output or a `--json` stream, and still returns a usable partition: send file descriptor
-    1 to /dev/null meanwhile."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def partition(graph, d: int, seed: int = 0) -> np.ndarray:
     """Device of every op: METIS k-way cut into `d` memory-balanced parts, whole groups."""
     import pymetis
@@ -124,7 +104,10 @@ def partition(graph, d: int, seed: int = 0) -> np.ndarray:
     eweights = _scaled(weights, _METIS_MAX_WEIGHT) if len(weights) else weights
     options = pymetis.Options(seed=int(seed) % (2**31))
     adjacency = pymetis.CSRAdjacency(xadj.tolist(), cols.tolist())
-    with _c_stdout_silenced():
+    # METIS prints its complaints about degenerate sub-bisections ("Cannot bisect a graph
+    # with 0 vertices", e.g. vgg16_infer_b1 at 8 devices) with C printf into the user's
+    # output or a --json stream, and still returns a usable partition
+    with silenced(1):
         _, parts = pymetis.part_graph(d, adjacency, vweights=vweights.tolist(),
                                       eweights=eweights.tolist() if len(weights) else None,
                                       options=options)

@@ -51,14 +51,7 @@ def quiet_native_logs():
     if not from_cli():
         yield
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
+    from regal.native import silenced
+
+    with silenced(2):
         yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
