@@ -137,17 +137,22 @@ def current_records(records, entries, limit_of) -> list[dict]:
             or r["memory_limit"] == limit_of(r["graph_path"], r["devices"])]
 
 
-def metric_rows(records, datasets, devices_list, label_of, objective="peak_memory") -> list[dict]:
+def summary_rows(records) -> list[dict]:
     """regal.report's rows (improvement, Wilcoxon p and wins/losses against BRKGA-5K, gap
-    from the best-known store and to the lower bound) for the given datasets and devices."""
+    from the best-known store and to the lower bound) of every setting, once for all tables;
+    makespan runs, whose graphs each have their own limit (`makespan_limits`), make one row
+    per method."""
+    return report.summarize(records, best_known=report.best_known_values(),
+                            bounds=report.lower_bounds(records), pool_limits=True)
+
+
+def metric_rows(summary, datasets, devices_list, label_of, objective="peak_memory") -> list[dict]:
+    """The rows of `summary` (`summary_rows`) for the given datasets, devices and objective,
+    labelled by `label_of`."""
     rows = []
-    records = [r for r in records if r["objective"] == objective]
-    best_known = report.best_known_values()
-    bounds = report.lower_bounds(records)
-    # makespan runs: every graph has its own limit (`makespan_limits`), one row per method
-    for row in report.summarize(records, best_known=best_known, bounds=bounds,
-                                pool_limits=True):
-        if row["dataset"] not in datasets or row["devices"] not in devices_list:
+    for row in summary:
+        if row["objective"] != objective or row["dataset"] not in datasets \
+                or row["devices"] not in devices_list:
             continue
         if row["method"] == "brkga" and row["budget"] != 5000:
             continue
@@ -330,13 +335,13 @@ def main(argv=None) -> int:
         methods = [m for m in methods if m in wanted]
     common = dict(seeds=cfg["seeds"], budgets=5000, workers=args.workers, progress=True)
     regal_opts = {"policy_dir": policy_dir, "policy_hash": policy_hash}
+    method_options = {"regal": regal_opts, **({"cpsat": {"time_limit": cfg["cpsat_time"]}}
+                                              if "cpsat" in methods else {})}
 
     # Table 1: every method, synthetic test split and real graphs
     harness.run_experiment(methods + ["regal"], datasets, out,
                            devices=list(cfg["devices"]),
-                           method_options={"regal": regal_opts, **(
-                               {"cpsat": {"time_limit": cfg["cpsat_time"]}}
-                               if "cpsat" in methods else {})}, **common)
+                           method_options=method_options, **common)
     # Table 3: ablations on the synthetic test split
     ablation = args.ablation if args.ablation != "auto" else \
         ("inference" if args.quick else "train")
@@ -379,12 +384,11 @@ def main(argv=None) -> int:
         harness.run_experiment(methods + ["regal"], {"synth_test": test}, out,
                                devices=list(cfg["devices"]), objectives="makespan",
                                memory_limits=limit_of,
-                               method_options={"regal": regal_opts, **(
-                                   {"cpsat": {"time_limit": cfg["cpsat_time"]}}
-                                   if "cpsat" in methods else {})}, **common)
+                               method_options=method_options, **common)
 
     records = current_records(harness.load_records(out),
                               harness.find_graphs({**datasets, "large": large}), limit_of)
+    summary = summary_rows(records)
     options_label = {json.dumps(o, sort_keys=True): label for label, o in variants.items()}
     regal_key = json.dumps(regal_opts, sort_keys=True)
 
@@ -393,15 +397,15 @@ def main(argv=None) -> int:
             return "**REGAL**" if row["options"] == regal_key else None
         return "BRKGA-5K" if row["method"] == "brkga" else row["method"]
 
-    t1 = [r for r in metric_rows(records, {"synth_test", "real"}, cfg["devices"], table1_label)
+    t1 = [r for r in metric_rows(summary, {"synth_test", "real"}, cfg["devices"], table1_label)
           if r["label"]]
-    t3 = [r for r in metric_rows(records, {"synth_test"}, cfg["devices"],
+    t3 = [r for r in metric_rows(summary, {"synth_test"}, cfg["devices"],
                                  lambda r: options_label.get(r["options"]) if r["method"] == "regal"
                                  else ("BRKGA-5K (reference)" if r["method"] == "brkga" else None))
           if r["label"]]
-    gen = [r for r in metric_rows(records, {"large"}, cfg["large_devices"], table1_label)
+    gen = [r for r in metric_rows(summary, {"large"}, cfg["large_devices"], table1_label)
            if r["label"]]
-    running = [r for r in metric_rows(records, {"synth_test"}, cfg["devices"], table1_label,
+    running = [r for r in metric_rows(summary, {"synth_test"}, cfg["devices"], table1_label,
                                       objective="makespan") if r["label"]]
 
     # baselines named by what the records hold (a resumed run may pass fewer --methods)
