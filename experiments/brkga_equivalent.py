@@ -49,8 +49,20 @@ def brkga_curve(path: Path, devices: int, seed: int, budget: int) -> list[tuple[
     return curve
 
 
-def targets(records_file: Path) -> dict:
-    """(fingerprint, graph, dataset, devices, seed) -> {method: value} of the 5K runs."""
+def _same_policy(options: dict, policy) -> bool:
+    """Whether a `regal` record's options name `policy` (None: any policy)."""
+    from regal.regal_method import resolve_policy_dir
+
+    if policy is None:
+        return True
+    return resolve_policy_dir(options.get("policy_dir")).resolve() == \
+        resolve_policy_dir(policy).resolve()
+
+
+def targets(records_file: Path, policy=None) -> dict:
+    """(fingerprint, graph, dataset, devices, seed) -> {method: value} of the 5K runs; of the
+    `regal` runs only those of `policy` (a folder; None: any) and not an ablation variant (a
+    records file may hold several policies' runs, e.g. Table 3's)."""
     found: dict = {}
     for r in harness.load_records(records_file):
         if r.get("status") != "ok" or r["budget"] != 5000 or \
@@ -58,8 +70,10 @@ def targets(records_file: Path) -> dict:
             continue
         if r["objective"] != "peak_memory" or r["memory_limit"] is not None:
             continue
-        if r["method"] == "regal" and json.loads(r["options"]).get("learn") is not None:
-            continue  # an ablation variant
+        if r["method"] == "regal":
+            options = json.loads(r["options"])
+            if options.get("learn") is not None or not _same_policy(options, policy):
+                continue  # an ablation variant, or another policy's run
         key = (r["fingerprint"], r["graph"], r["dataset"], r["devices"], r["seed"])
         found.setdefault(key, {})[r["method"]] = float(r["value"])
     return found
@@ -70,6 +84,9 @@ def main(argv=None) -> int:
     parser.add_argument("--records", required=True, type=Path)
     parser.add_argument("--graphs", nargs="+", required=True, type=Path,
                         help="folders holding the run's graph files (matched by fingerprint)")
+    parser.add_argument("--policy", default="data/policy",
+                        help="compare the regal runs of this policy folder only (relative: to "
+                        "the repository root first; default the shipped data/policy)")
     parser.add_argument("--budget", type=int, default=50000)
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 (default 1)")
     parser.add_argument("--out", required=True, type=Path, help="Markdown table")
@@ -80,7 +97,7 @@ def main(argv=None) -> int:
 
     paths = {e.fingerprint: e.path for e in harness.find_graphs(
         {folder.name: folder for folder in args.graphs})}
-    wanted = {k: v for k, v in targets(args.records).items()
+    wanted = {k: v for k, v in targets(args.records, args.policy).items()
               if k[4] < args.seeds and k[0] in paths and "regal" in v}
     done = {}
     if cache.exists():

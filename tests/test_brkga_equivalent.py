@@ -32,9 +32,13 @@ def test_end_to_end_matches_the_records_and_the_curve(tmp_path):
                            budgets=5000, devices=[2], workers=1, progress=False)
     records = {r["method"]: r for r in harness.load_records(out)}
     # local search stands in for both methods: the script needs a regal record to pick a key
-    regal = dict(records["local-search"], method="regal")
+    regal = dict(records["local-search"], method="regal",
+                 options=json.dumps({"policy_dir": "data/policy"}))
+    # another policy's run of the same graph and seed (e.g. a Table 3 variant): not compared
+    other = dict(records["brkga"], method="regal", options=json.dumps({"policy_dir": "elsewhere"}))
     with (out / "records.jsonl").open("a") as fh:
         fh.write(json.dumps(regal) + "\n")
+        fh.write(json.dumps(other) + "\n")
     table = tmp_path / "eq.md"
     assert script.main(["--records", str(out / "records.jsonl"), "--graphs", str(folder),
                         "--budget", "6000", "--out", str(table)]) == 0
