@@ -37,8 +37,8 @@ sys.path.insert(0, str(REPO))
 
 from regal import harness, optimizers, report, synth  # noqa: E402
 from regal.io import load_graph  # noqa: E402
-from regal.regal_method import (policy_content_hash, portable_policy_dir,  # noqa: E402
-                                resolve_policy_dir)
+from regal.regal_method import (POLISH_SHARE, policy_content_hash,  # noqa: E402
+                                portable_policy_dir, resolve_policy_dir)
 
 sys.path.insert(0, str(REPO / "experiments"))
 from training_set import HELD_OUT_FAMILIES, family_of  # noqa: E402
@@ -202,7 +202,7 @@ def markdown(rows, title, note="") -> str:
 
 
 def timing(graph_paths, policy_dir, budget=5000) -> list[dict]:
-    """Policy wall time vs BRKGA wall time of the `regal` method at `budget` evaluations.
+    """Policy wall time vs search wall time (BRKGA + polish) of `regal` at `budget` evaluations.
 
     The method's forward pass is `NumpyPolicy` (no TensorFlow); the first call on a graph
     also warms numpy/BLAS, the second is what every later solve pays."""
@@ -219,13 +219,21 @@ def timing(graph_paths, policy_dir, budget=5000) -> list[dict]:
         for call in ("first", "second"):
             s = solve_regal(problem, budget, 0, policy_dir=policy_dir)
             rows.append(dict(graph=Path(path).stem, ops=graph.num_nodes, call=call,
-                             policy_s=s.extra["policy_time"], brkga_s=s.extra["brkga_time"],
-                             ratio=s.extra["policy_time"] / s.extra["brkga_time"],
+                             policy_s=s.extra["policy_time"], search_s=s.extra["search_time"],
+                             ratio=s.extra["policy_time"] / s.extra["search_time"],
                              load_s=load_s))
     return rows
 
 
-def train_ablation_policies(out: Path, shipped: Path, steps: int) -> dict:
+def _trained(folder: Path, steps: int) -> bool:
+    """Whether `folder` holds an ablation policy trained for `steps` steps."""
+    made = folder / "training.json"
+    return made.exists() and json.loads(made.read_text()).get("steps") == steps \
+        and (folder / "weights.npz").exists()
+
+
+def train_ablation_policies(out: Path, shipped: Path, steps: int, source: Path | None = None
+                            ) -> dict:
     """Full run only: one policy per ablation variant, trained like the shipped one.
 
     Each variant gets the shipped run's `train_config.json` (same graphs, seed, budget, menus)
@@ -236,7 +244,8 @@ def train_ablation_policies(out: Path, shipped: Path, steps: int) -> dict:
     next: same graphs, devices and seeds, so the same values. Weights already in
     `OUT/ablation_policies/NAME/` that were trained for `steps` steps (their `training.json`)
     are reused as they are, so a rerun (or a fresh clone) does not retrain; delete the folder
-    to retrain."""
+    to retrain. `source` (another results folder) is looked in first: its trained weights
+    serve as they are and nothing is copied."""
     from regal.train import BASELINES_FILE, TrainConfig, train
 
     stored = json.loads((shipped / "train_config.json").read_text())
@@ -245,9 +254,10 @@ def train_ablation_policies(out: Path, shipped: Path, steps: int) -> dict:
         name = f"{learn}_{'elite' if elite else 'noelite'}"
         run = REPO / "runs" / "ablation" / name
         target = out / "ablation_policies" / name
+        if source is not None and _trained(source / "ablation_policies" / name, steps):
+            target = source / "ablation_policies" / name
         made = target / "training.json"
-        if made.exists() and json.loads(made.read_text()).get("steps") == steps \
-                and (target / "weights.npz").exists():
+        if _trained(target, steps):
             dirs[label] = str(target)
             previous = run  # its baseline cache, if this machine trained it, still serves
             continue
@@ -290,6 +300,9 @@ def main(argv=None) -> int:
     parser.add_argument("--ablation-steps", type=int, default=SHIPPED_STEPS,
                         help="training steps per trained ablation variant (default: the "
                         f"shipped policy's {SHIPPED_STEPS})")
+    parser.add_argument("--ablation-from", metavar="DIR", default=None,
+                        help="a results folder whose ablation_policies/ were trained for "
+                        "--ablation-steps: its weights are used instead of training")
     parser.add_argument("--makespan", choices=("run", "skip"), default="run",
                         help="the running-time table (makespan.md; default run)")
     parser.add_argument("--makespan-store", type=float, metavar="SECONDS", default=0.0,
@@ -334,9 +347,12 @@ def main(argv=None) -> int:
                              f"available: {', '.join(methods)}")
         methods = [m for m in methods if m in wanted]
     common = dict(seeds=cfg["seeds"], budgets=5000, workers=args.workers, progress=True)
-    regal_opts = {"policy_dir": policy_dir, "policy_hash": policy_hash}
-    method_options = {"regal": regal_opts, **({"cpsat": {"time_limit": cfg["cpsat_time"]}}
-                                              if "cpsat" in methods else {})}
+    # the polish share is written out so that records of BRKGA-only runs (before it) differ
+    polish = {"polish_share": POLISH_SHARE}
+    regal_opts = {"policy_dir": policy_dir, "policy_hash": policy_hash, **polish}
+    method_options = {"regal": regal_opts, "seeded-brkga": polish,
+                      **({"cpsat": {"time_limit": cfg["cpsat_time"]}} if "cpsat" in methods
+                         else {})}
 
     # Table 1: every method, synthetic test split and real graphs
     harness.run_experiment(methods + ["regal"], datasets, out,
@@ -357,9 +373,13 @@ def main(argv=None) -> int:
                          "BRKGA's choice (uniform Beta / elite bias 0.7) at inference. The full "
                          "run trains each variant.")
     else:
-        dirs = train_ablation_policies(out, resolve_policy_dir(policy_dir), args.ablation_steps)
+        # a relative folder is looked up under the repository root first, as --policy is
+        source = None if args.ablation_from is None else resolve_policy_dir(args.ablation_from)
+        dirs = train_ablation_policies(out, resolve_policy_dir(policy_dir), args.ablation_steps,
+                                       source)
         variants = {label: {"policy_dir": portable_policy_dir(d),
-                            "policy_hash": policy_content_hash(d)} for label, d in dirs.items()}
+                            "policy_hash": policy_content_hash(d), **polish}
+                    for label, d in dirs.items()}
         ablation_note = (f"Trained ablation: each variant trained from scratch for "
                          f"{args.ablation_steps} steps with the shipped policy's training "
                          "settings (same graphs, seed, budget, menus), only its heads switched; "
@@ -444,16 +464,16 @@ def main(argv=None) -> int:
         "behind every run within it). The policy was trained on peak memory only. Best-known: "
         "data/bestknown/synth_test_makespan.jsonl where it has the graph, else the best "
         "record." + ("" if running else " Skipped (--makespan skip).")) + "\n")
-    lines = ["## Policy time vs BRKGA time at 5K evaluations (2 devices)", "",
+    lines = ["## Policy time vs search time (BRKGA + polish) at 5K evaluations (2 devices)", "",
              (f"Policy load (numpy weights, no TensorFlow) {timing_rows[0]['load_s']:.3f} s "
               "once per process." if timing_rows[0]["load_s"] > 0.001 else "Policy already "
               "loaded in this process (the harness ran in it).")
              + " The forward pass is regal.policy.NumpyPolicy (same weights and logits as the "
              "TensorFlow Policy used for training).", "",
-             "| graph | ops | call | policy (ms) | BRKGA (s) | policy / BRKGA |",
+             "| graph | ops | call | policy (ms) | search (s) | policy / search |",
              "| --- | ---: | --- | ---: | ---: | ---: |"]
     lines += [f"| {r['graph']} | {r['ops']} | {r['call']} | {1000 * r['policy_s']:.2f} | "
-              f"{r['brkga_s']:.3f} | {100 * r['ratio']:.1f}% |" for r in timing_rows]
+              f"{r['search_s']:.3f} | {100 * r['ratio']:.1f}% |" for r in timing_rows]
     (out / "timing.md").write_text("\n".join(lines) + "\n")
     (out / "summary.json").write_text(json.dumps(
         {"table1": t1, "table3": t3, "generalisation": gen, "makespan": running,

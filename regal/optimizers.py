@@ -313,9 +313,10 @@ def solve(method_name: str, problem: Problem, budget: int | None, seed: int = 0,
     ops that moved (0 when it conformed; absent for graphs without constraints).
 
     `time_limit=SECONDS` makes every method anytime. A method that takes a time limit itself
-    (cpsat) gets it; one that takes `should_stop` (brkga, random, local-search, tuned-brkga,
-    seeded-brkga, regal) searches until the limit, counted from this call, or until `budget`
-    evaluations are spent, whichever comes first (`budget=None`: no budget); a one-shot
+    gets it (cpsat; regal and seeded-brkga, which split it between BRKGA and the local-search
+    polish as they split the budget); one that takes `should_stop` (brkga, random,
+    local-search, tuned-brkga) searches until the limit, counted from this call, or until
+    `budget` evaluations are spent, whichever comes first (`budget=None`: no budget); a one-shot
     heuristic (m-topo, gp-dfs, ...) just runs. Searches stop between batches of evaluations,
     so a run may end one batch (and its setup: the first population, a policy's reference
     heuristics) past the limit; the best answer found is kept. `extra["time_limit"]` records
@@ -329,6 +330,7 @@ def solve(method_name: str, problem: Problem, budget: int | None, seed: int = 0,
         options = {k: v for k, v in options.items() if not (k == "progress" and v is None)}
     time_limit = options.pop("time_limit", None)
     stopped = []  # what stopped the search, when not its budget
+    hooked = False  # a should_stop built here for the time limit
     if time_limit is not None:
         time_limit = check_time_limit(time_limit)
         if budget is None:
@@ -346,6 +348,7 @@ def solve(method_name: str, problem: Problem, budget: int | None, seed: int = 0,
                     stopped.append("should_stop")
                 return bool(stopped)
             options["should_stop"] = should_stop
+            hooked = True
     elif budget is None:
         raise ValueError(f"budget: expected a number of evaluations for method {method_name!r} "
                          "(None needs a time_limit)")
@@ -362,7 +365,7 @@ def solve(method_name: str, problem: Problem, budget: int | None, seed: int = 0,
         extra["reported_value"] = float(found.value)
     if time_limit is not None:
         extra["time_limit"] = time_limit
-        if "should_stop" in options:
+        if hooked:
             extra["stopped_by"] = stopped[0] if stopped else "budget"
     return Solution(**rescored, evaluations=int(found.evaluations), wall_time=wall_time,
                     method=method_name, seed=seed, extra=extra)

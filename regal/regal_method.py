@@ -4,7 +4,10 @@ The policy picks every op's key distributions (relative to the graph's reference
 `regal.policy.reference`) and elite bias once (greedy by default); BRKGA then searches in
 slot space at the given budget (`search`), its first population seeded with the reference
 heuristics' solutions and a share of its mutants kept uniform (`search_params`), so that a
-poor choice costs little against plain BRKGA. The reference's evaluations count in the budget. The forward pass is `regal.policy.NumpyPolicy` (numpy, same weights and logits as
+poor choice costs little against plain BRKGA. The last `POLISH_SHARE` of the budget goes to
+`local-search` started from BRKGA's best (`polish`): at 5,000 evaluations BRKGA finds a good
+basin but climbs it slowly, while the peak-directed moves climb it fast (measured in
+data/policy/README.md). The reference's evaluations count in the budget. The forward pass is `regal.policy.NumpyPolicy` (numpy, same weights and logits as
 the TensorFlow `Policy`), so the method never imports TensorFlow; training, and a `policy=`
 object passed in, may still use the TensorFlow one. Loaded policies are kept per process;
 `Solution.extra` records the load, policy and BRKGA times apart.
@@ -24,7 +27,8 @@ import numpy as np
 from regal.decode import decode
 from regal.optimizers import Problem, Solution, score
 
-__all__ = ["DEFAULT_POLICY_DIR", "REPO_ROOT", "UNIFORM_MUTANT_FRACTION", "default_policy_dir",
+__all__ = ["DEFAULT_POLICY_DIR", "REPO_ROOT", "UNIFORM_MUTANT_FRACTION", "POLISH_SHARE",
+           "default_policy_dir", "polish", "split_budget", "phase_stops", "two_phase",
            "resolve_policy_dir", "portable_policy_dir", "policy_content_hash", "load_policy",
            "solve_regal", "ablated_action", "search_params", "search"]
 
@@ -35,6 +39,8 @@ _LOADED: dict[str, object] = {}
 # share of each generation's mutants kept uniform when the policy biases the keys ("do no
 # harm": plain BRKGA's exploration never stops)
 UNIFORM_MUTANT_FRACTION = 0.5
+# share of the budget left to local search from BRKGA's best (0: BRKGA spends it all)
+POLISH_SHARE = 0.5
 
 
 def default_policy_dir() -> Path:
@@ -130,6 +136,71 @@ def search_params(action, seed_population: bool = True,
     return params
 
 
+def split_budget(budget: int, share: float = POLISH_SHARE) -> tuple[int, int]:
+    """(BRKGA's evaluations, local search's) out of `budget`: `share` of it to the polish,
+    none when that is under 8 (too few for local search to do more than score its starts)."""
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"polish: expected a share of the budget in [0, 1), got {share}")
+    polish_budget = int(round(int(budget) * float(share)))
+    if polish_budget < 8:
+        return int(budget), 0
+    return int(budget) - polish_budget, polish_budget
+
+
+def phase_stops(time_limit: float | None, share: float, asked=None, start: float | None = None):
+    """`should_stop` hooks of the BRKGA phase and of the polish, and what stopped the run.
+
+    Under `time_limit` seconds (from `start`, a `time.perf_counter()`; default now) BRKGA stops at `1 - share` of it and the
+    polish at the deadline, so both phases run whatever the budget (`share` 0: BRKGA gets all
+    of it). `asked()`, a caller's own hook, stops either phase too. The third value is a
+    function that says what ended the run: "time_limit", "should_stop" or "budget"."""
+    if time_limit is None:
+        return asked, asked, lambda: "should_stop" if asked is not None and asked() else "budget"
+    start = time.perf_counter() if start is None else float(start)
+    deadline = start + float(time_limit)
+    switch = start + float(time_limit) * (1.0 - share)
+    stopped: list[str] = []
+
+    def until(end: float, last: bool):
+        def should_stop() -> bool:
+            if asked is not None and asked():
+                stopped.append("should_stop")
+                return True
+            if time.perf_counter() >= end:
+                if last:
+                    stopped.append("time_limit")
+                return True
+            return False
+        return should_stop
+
+    first = until(switch, share == 0)
+    return first, until(deadline, True), lambda: stopped[0] if stopped else "budget"
+
+
+def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
+           progress: Callable[[int, float], None] | None = None,
+           should_stop: Callable[[], bool] | None = None) -> Solution:
+    """`found` improved by `local-search` from it with `budget` more evaluations (no
+    heuristic starts: `found` already beats them); never worse than `found`. The answer
+    counts both searches' evaluations; `extra` keeps `found`'s and adds the polish's."""
+    from regal.optimizers import get_method
+
+    start = time.perf_counter()
+    spent = int(found.evaluations)
+    callback = None if progress is None else (lambda used, best: progress(spent + used, best))
+    better = get_method("local-search")(problem, int(budget), seed, heuristics=(),
+                                        initial=[found], progress=callback,
+                                        should_stop=should_stop)
+    if better.value > found.value:       # cannot happen: `found` is one of its starts
+        better = found
+    extra = dict(found.extra, before_polish=float(found.value),
+                 polish_evaluations=int(better.evaluations) if better is not found else 0,
+                 polish_time=time.perf_counter() - start,
+                 polish_restarts=better.extra.get("restarts", 0))
+    return dataclasses.replace(better, evaluations=spent + extra["polish_evaluations"],
+                               method=found.method, seed=seed, extra=extra)
+
+
 def search(problem: Problem, budget: int, seed: int, *, population_size: int = 100,
            elite_fraction: float = 0.2, mutant_fraction: float = 0.2, elite_bias=0.7,
            alpha=None, beta=None, gene_order=None, initial=None,
@@ -169,14 +240,37 @@ def search(problem: Problem, budget: int, seed: int, *, population_size: int = 1
                            "population_size": population_size})
 
 
+def two_phase(problem: Problem, budget: int, seed: int, params: dict, *,
+              polish_share: float = POLISH_SHARE, time_limit: float | None = None,
+              started: float | None = None,
+              progress: Callable[[int, float], None] | None = None,
+              should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
+    """`search` with `params` on BRKGA's share of the budget (and of `time_limit` seconds
+    from `started`, default now), then `polish` on the rest; `extra["stopped_by"]` under a
+    time limit (`phase_stops`)."""
+    brkga_budget, polish_budget = split_budget(budget, polish_share)
+    first_stop, last_stop, stopped_by = phase_stops(
+        time_limit, polish_share if polish_budget else 0.0, should_stop, started)
+    found = search(problem, brkga_budget, seed, progress=progress, should_stop=first_stop,
+                   **params, **brkga_options)
+    if polish_budget and not (should_stop is not None and should_stop()):
+        found = polish(problem, found, polish_budget, seed, progress=progress,
+                       should_stop=last_stop)
+    if time_limit is not None:
+        found = dataclasses.replace(found, extra=dict(found.extra, stopped_by=stopped_by()))
+    return found
+
+
 def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, policy=None,
                 policy_hash: str | None = None, mode: str = "greedy", learn=None,
                 learn_elite_bias=None, seed_population: bool = True,
                 uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION,
+                polish_share: float = POLISH_SHARE, time_limit: float | None = None,
                 progress: Callable[[int, float], None] | None = None,
                 should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
-    """REGAL: the policy's per-op choices relative to the reference solution, then BRKGA at
-    `budget` (the reference's evaluations included) with `seed`.
+    """REGAL: the policy's per-op choices relative to the reference solution, then BRKGA,
+    then local search from BRKGA's best (`polish`), `budget` evaluations in all (the
+    reference's included) with `seed`.
 
     `policy` (a loaded Policy or NumpyPolicy) wins over `policy_dir`; a relative `policy_dir` is looked up
     under the repository root first. `policy_hash`, when given, must match the stored
@@ -186,7 +280,8 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     switch heads off at inference (ablations with one set of weights). `seed_population`
     puts the reference heuristics' solutions in the first population;
     `uniform_mutant_fraction` of the mutants stay uniform (see `search_params`).
-    `should_stop()` ends the BRKGA search early (a time limit, `regal.optimizers.solve`).
+    `polish_share` of the budget, and of `time_limit` seconds when given, goes to the local
+    search (`two_phase`; 0: BRKGA only). `should_stop()` ends the search early.
     """
     start = time.perf_counter()
     source = "object"
@@ -204,8 +299,9 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     action = ablated_action(policy, action, learn, learn_elite_bias)
     params = search_params(action, seed_population, uniform_mutant_fraction)
     acted = time.perf_counter()
-    found = search(problem, budget, seed, progress=progress, should_stop=should_stop, **params,
-                   **brkga_options)
+    found = two_phase(problem, budget, seed, params, polish_share=polish_share,
+                      time_limit=time_limit, started=start, progress=progress,
+                      should_stop=should_stop, **brkga_options)
     done = time.perf_counter()
     counts = {head: np.bincount(getattr(action.choices, head),
                                 minlength=len(policy.menus[head])).tolist()
@@ -213,7 +309,8 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     extra = dict(found.extra)
     reference = action.reference
     extra.update(policy_load_time=loaded - start, policy_time=acted - loaded,
-                 brkga_time=done - acted, policy_mode=mode, menu_counts=counts,
+                 brkga_time=done - acted - extra.get("polish_time", 0.0),
+                 search_time=done - acted, policy_mode=mode, menu_counts=counts,
                  policy_source=source, reference_source=reference.source,
                  reference_value=reference.value, reference_evaluations=reference.evaluations)
     return dataclasses.replace(found, extra=extra)

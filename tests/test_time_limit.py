@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -21,6 +22,8 @@ LIMIT = 1.0
 # one generation or batch past the deadline, on a 2-core machine shared with other jobs
 MARGIN = 0.75
 SEARCHES = ("brkga", "random", "local-search", "tuned-brkga", "seeded-brkga", "regal")
+# BRKGA, then local search from its best: each phase gets its share of the time limit
+TWO_PHASE = ("seeded-brkga", "regal")
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +88,7 @@ def test_a_hook_that_never_fires_changes_nothing(method):
 # searches stop at the deadline and keep their best
 
 
-@pytest.mark.parametrize("method", SEARCHES)
+@pytest.mark.parametrize("method", [m for m in SEARCHES if m not in TWO_PHASE])
 def test_time_limited_search_stops_on_time_with_its_best(slow_problem, method):
     problem = slow_problem
     found = solve(method, problem, None, 1, time_limit=LIMIT)
@@ -101,6 +104,40 @@ def test_time_limited_search_stops_on_time_with_its_best(slow_problem, method):
     assert again.value == found.value
     np.testing.assert_array_equal(again.placement, found.placement)
     np.testing.assert_array_equal(again.priority, found.priority)
+
+
+@pytest.mark.parametrize("method", TWO_PHASE)
+def test_two_phase_search_polishes_within_the_time_limit(slow_problem, method):
+    """A budget no run reaches: BRKGA stops at its share of the limit, the polish at the
+    deadline, and the polish only improves BRKGA's answer."""
+    found = solve(method, slow_problem, None, 1, time_limit=LIMIT)
+    assert LIMIT <= found.wall_time <= LIMIT + MARGIN, found.wall_time
+    assert found.extra["time_limit"] == LIMIT and found.extra["stopped_by"] == "time_limit"
+    assert found.extra["polish_evaluations"] > 0
+    assert found.value <= found.extra["before_polish"]
+    result = simulate(slow_problem.graph, slow_problem.devices, found.placement, found.priority,
+                      found.transfer_priority)
+    assert found.value == float(result.objective("peak_memory"))
+
+
+def test_phase_stops_switch_at_the_share_and_stop_at_the_deadline():
+    from regal.regal_method import phase_stops
+
+    now = time.perf_counter()
+    first, last, why = phase_stops(10.0, 0.4, start=now - 5.0)     # 5 s of 10 gone
+    assert not first() and not last() and why() == "budget"
+    first, last, why = phase_stops(10.0, 0.4, start=now - 6.5)     # past BRKGA's 6 s
+    assert first() and not last() and why() == "budget"
+    first, last, why = phase_stops(10.0, 0.4, start=now - 10.5)
+    assert first() and last() and why() == "time_limit"
+    asked = [False]
+    first, last, why = phase_stops(10.0, 0.4, asked=lambda: asked[0])
+    asked[0] = True
+    assert first() and why() == "should_stop"
+    first, last, why = phase_stops(None, 0.4, asked=lambda: True)
+    assert first() and last() and why() == "should_stop"
+    first, last, why = phase_stops(None, 0.4)
+    assert first is None and last is None and why() == "budget"
 
 
 @pytest.mark.parametrize("method", ["brkga", "local-search"])

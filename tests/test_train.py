@@ -170,14 +170,15 @@ def test_uniform_only_menu_reproduces_plain_brkga_exactly():
     problem = Problem(graph, DeviceSpec(3))
     policy = Policy(num_layers=1, hidden=8, menus=UNIFORM_ONLY)
     plain = solve_brkga(problem, 296, 11)
-    mine = solve_regal(problem, 300, 11, policy=policy, seed_population=False)
+    mine = solve_regal(problem, 300, 11, policy=policy, seed_population=False, polish_share=0)
     np.testing.assert_array_equal(mine.placement, plain.placement)
     np.testing.assert_array_equal(mine.priority, plain.priority)
     np.testing.assert_array_equal(mine.transfer_priority, plain.transfer_priority)
     assert mine.value == plain.value and mine.evaluations == 300 == plain.evaluations + 4
     assert mine.extra["history"] == plain.extra["history"]
     assert mine.extra["policy_time"] > 0 and mine.extra["brkga_time"] > 0
-    via_registry = solve("regal", problem, 300, 11, policy=policy, seed_population=False)
+    via_registry = solve("regal", problem, 300, 11, policy=policy, seed_population=False,
+                         polish_share=0)
     assert via_registry.value == plain.value
     seeded = solve_regal(problem, 300, 11, policy=policy)
     assert seeded.value == solve("seeded-brkga", problem, 300, 11).value

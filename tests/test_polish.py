@@ -1,0 +1,67 @@
+"""The local-search polish after BRKGA in `regal` and `seeded-brkga` (regal.regal_method)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from regal import synth
+from regal.optimizers import Problem, solve
+from regal.regal_method import polish, split_budget
+from regal.sim import DeviceSpec, simulate
+
+
+@pytest.fixture(scope="module")
+def problem() -> Problem:
+    return Problem(synth.random_dag(120, 5), DeviceSpec(3))
+
+
+def test_split_budget_by_hand():
+    from regal.regal_method import POLISH_SHARE
+
+    assert split_budget(5000) == (5000 - round(5000 * POLISH_SHARE), round(5000 * POLISH_SHARE))
+    assert split_budget(5000, 0.4) == (3000, 2000)
+    assert split_budget(5001, 0.4) == (3001, 2000)
+    assert split_budget(5000, 0.0) == (5000, 0)
+    assert split_budget(15, 0.4) == (15, 0)        # 6 evaluations: too few to polish
+    assert split_budget(20, 0.4) == (12, 8)
+    for share in (1.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="polish"):
+            split_budget(5000, share)
+
+
+@pytest.mark.parametrize("method", ["seeded-brkga", "regal"])
+def test_first_phase_is_brkga_at_its_share_and_the_polish_only_improves(problem, method):
+    """The BRKGA phase is exactly the BRKGA-only run at 60% of the budget (same seed); the
+    polish spends the rest and its answer is the simulator's verdict, never worse."""
+    found = solve(method, problem, 1000, 3, polish_share=0.4)
+    brkga_only = solve(method, problem, 600, 3, polish_share=0.0)
+    assert found.evaluations == 1000 and brkga_only.evaluations == 600
+    assert found.extra["before_polish"] == brkga_only.value
+    assert found.extra["polish_evaluations"] == 400
+    assert found.value <= brkga_only.value
+    result = simulate(problem.graph, problem.devices, found.placement, found.priority,
+                      found.transfer_priority)
+    assert found.value == float(result.objective("peak_memory"))
+    assert found.method == method and "history" in found.extra   # BRKGA's extras are kept
+
+
+def test_polish_never_returns_worse_and_counts_both_searches(problem):
+    start = solve("brkga", problem, 200, 1)
+    better = polish(problem, start, 300, 1)
+    assert better.value <= start.value
+    assert better.evaluations == start.evaluations + 300
+    assert better.extra["before_polish"] == start.value and better.method == start.method
+
+
+def test_polish_share_zero_is_the_brkga_search_draw_for_draw(problem):
+    from regal.policy.reference import reference_for
+    from regal.regal_method import search
+
+    mine = solve("seeded-brkga", problem, 500, 2, polish_share=0.0)
+    reference = reference_for(problem.graph, problem.devices)
+    plain = search(problem, 500, 2, initial=reference.seeds, spent=reference.evaluations)
+    np.testing.assert_array_equal(mine.placement, plain.placement)
+    np.testing.assert_array_equal(mine.priority, plain.priority)
+    assert mine.value == plain.value and "before_polish" not in mine.extra
+    assert mine.extra["history"] == plain.extra["history"]
