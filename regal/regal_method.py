@@ -1,16 +1,18 @@
-"""The `regal` method (docs/design.md §6): one GNN forward pass, then BRKGA with the policy's choices.
+"""The `regal` method (docs/design.md §6): one GNN forward pass, BRKGA with the policy's choices,
+then local search from BRKGA's best.
 
 The policy picks every op's key distributions (relative to the graph's reference solution,
 `regal.policy.reference`) and elite bias once (greedy by default); BRKGA then searches in
-slot space at the given budget (`search`), its first population seeded with the reference
-heuristics' solutions and a share of its mutants kept uniform (`search_params`), so that a
-poor choice costs little against plain BRKGA. The last `POLISH_SHARE` of the budget goes to
-`local-search` started from BRKGA's best (`polish`): at 5,000 evaluations BRKGA finds a good
-basin but climbs it slowly, while the peak-directed moves climb it fast (measured in
-data/policy/README.md). The reference's evaluations count in the budget. The forward pass is `regal.policy.NumpyPolicy` (numpy, same weights and logits as
-the TensorFlow `Policy`), so the method never imports TensorFlow; training, and a `policy=`
-object passed in, may still use the TensorFlow one. Loaded policies are kept per process;
-`Solution.extra` records the load, policy and BRKGA times apart.
+slot space (`search`), its first population seeded with the reference heuristics' solutions
+and a share of its mutants kept uniform (`search_params`), so that a poor choice costs little
+against plain BRKGA. The last `POLISH_SHARE` of the budget goes to `local-search` started
+from BRKGA's best (`polish`): at 5,000 evaluations BRKGA finds a good basin but climbs it
+slowly, while the peak-directed moves climb it fast (measured in data/policy/README.md). The
+reference's evaluations count in the budget. The forward pass is `regal.policy.NumpyPolicy`
+(numpy, same weights and logits as the TensorFlow `Policy`), so the method never imports
+TensorFlow; training, and a `policy=` object passed in, may still use the TensorFlow one.
+Loaded policies are kept per process; `Solution.extra` records the load, policy, BRKGA and
+polish times apart.
 """
 
 from __future__ import annotations
