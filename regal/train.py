@@ -115,6 +115,9 @@ class TrainConfig:
     pretrain_from: str | None = None  # best-known store (JSON lines) for supervised steps
     pretrain_steps: int = 0          # the first this many steps are supervised
     augment: float = 0.0             # REINFORCE graphs' costs/sizes jittered (log-normal scale)
+    # share of each rollout's budget left to local search from BRKGA's best, as the `regal`
+    # method does (regal_method.POLISH_SHARE); 0: the rollout is BRKGA alone
+    polish_share: float = 0.0
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -154,6 +157,11 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        number = not isinstance(self.polish_share, bool) and \
+            isinstance(self.polish_share, (int, float, np.number))
+        if not (number and 0.0 <= self.polish_share < 1.0):
+            raise ValueError(f"polish_share: expected a share of the budget in [0, 1), got "
+                             f"{self.polish_share!r}")
         if not 0.0 <= float(self.uniform_mutant_fraction) <= 1.0:
             raise ValueError(f"uniform_mutant_fraction: expected a share in [0, 1], got "
                              f"{self.uniform_mutant_fraction!r}")
@@ -166,6 +174,13 @@ class TrainConfig:
     def search_kwargs(self) -> dict:
         return dict(seed_population=self.seed_population,
                     uniform_mutant_fraction=self.uniform_mutant_fraction)
+
+    def rollout_params(self, action) -> dict:
+        """A sampled action's rollout parameters (`RolloutTask.params`)."""
+        from regal.regal_method import search_params
+
+        params = search_params(action, **self.search_kwargs())
+        return dict(params, polish_share=self.polish_share) if self.polish_share else params
 
 
 # ---------------------------------------------------------------------------
@@ -221,7 +236,9 @@ def graph_source(spec: str) -> GraphSource:
 
 @dataclass(frozen=True)
 class RolloutTask:
-    """One BRKGA run; `params` are `regal.regal_method.search` keywords (empty = plain BRKGA)."""
+    """One BRKGA run; `params` are `regal.regal_method.search` keywords (empty = plain BRKGA)
+    and, optionally, `polish_share`: that share of the budget goes to local search from
+    BRKGA's best (`regal.regal_method.two_phase`, as the `regal` method runs)."""
 
     graph: ComputationGraph
     devices: int
@@ -233,14 +250,21 @@ class RolloutTask:
 
 
 def run_rollout(task: RolloutTask) -> float:
-    """BRKGA with the task's search parameters; returns the best objective found."""
+    """BRKGA with the task's search parameters (then the polish, if it has a share); returns
+    the best objective found."""
     from regal.optimizers import Problem
-    from regal.regal_method import search
+    from regal.regal_method import search, two_phase
     from regal.sim import DeviceSpec
 
     problem = Problem(task.graph, DeviceSpec(task.devices), task.objective)
-    solution = search(problem, task.budget, task.seed, population_size=task.population_size,
-                      **task.params)
+    params = dict(task.params)
+    share = float(params.pop("polish_share", 0.0))
+    if share:
+        solution = two_phase(problem, task.budget, task.seed, params, polish_share=share,
+                             population_size=task.population_size)
+    else:
+        solution = search(problem, task.budget, task.seed, population_size=task.population_size,
+                          **params)
     return float(solution.value)
 
 
@@ -619,6 +643,12 @@ def _prepare_run(config: TrainConfig, resume: bool) -> tuple[Path, TrainConfig]:
             raise ValueError(f"out: {run} has no {CHECKPOINT_FILE} to resume from")
         old = json.loads(stored.read_text())
         mine = dataclasses.asdict(config)
+        # a setting newer than the stored run ran with its default, and must keep it
+        defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)
+                    if f.default is not dataclasses.MISSING}
+        for name in set(mine) - set(old):
+            if name in defaults and name not in RESUMABLE_FIELDS and name != "out":
+                old[name] = json.loads(json.dumps(defaults[name]))
         for name, value in old.items():
             if name in RESUMABLE_FIELDS or name == "out":
                 continue
@@ -668,16 +698,18 @@ def _validate(policy, val: GraphSource, config: TrainConfig, actors, cache) -> f
     return float(np.mean(validation_rewards(
         policy, val, range(min(config.val_graphs, val.count)), config.devices, config.val_seeds,
         config.budget, actors, cache, config.objective, config.population_size,
-        **config.search_kwargs())))
+        polish_share=config.polish_share, **config.search_kwargs())))
 
 
 def validation_rewards(policy, val: GraphSource, indices, devices=(2, 4), seeds: int = 2,
                        budget: int = 1000, actors=None, cache=None, objective="peak_memory",
                        population_size: int = 100, seed_population: bool = True,
-                       uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION) -> np.ndarray:
+                       uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION,
+                       polish_share: float = 0.0) -> np.ndarray:
     """Greedy policy vs uniform BRKGA, `[graph, seed]` relative improvements: graph `i` of
     `val` on `devices[i % len(devices)]` devices with BRKGA seeds 1000.. (the measurement
-    `train` logs as val_improvement; usable to compare any two stored policies)."""
+    `train` logs as val_improvement; usable to compare any two stored policies). With
+    `polish_share` the policy's runs end with the local-search polish (BRKGA's do not)."""
     from regal.regal_method import search_params
     from regal.sim import DeviceSpec
 
@@ -688,6 +720,8 @@ def validation_rewards(policy, val: GraphSource, indices, devices=(2, 4), seeds:
         d = devices[i % len(devices)]
         action = policy.act(graph, DeviceSpec(d), mode="greedy", objective=objective)
         params = search_params(action, seed_population, uniform_mutant_fraction)
+        if polish_share:
+            params = dict(params, polish_share=polish_share)
         for s in range(seeds):
             jobs.append((graph, d, 1000 + s, params, budget, objective, population_size))
     rewards = rollout_rewards(actors or InlineActors(), cache or BaselineCache(), jobs)
@@ -733,7 +767,6 @@ def _reinforce_step(policy, learner: Learner, train_set: GraphSource, config: Tr
                     rng: np.random.Generator, actors, cache: BaselineCache) -> tuple[dict, np.ndarray]:
     """Samples graphs, devices and K actions each (all from the loop's rng), gathers their
     rewards (S common seeds per action) and takes one REINFORCE step."""
-    from regal.regal_method import search_params
     from regal.sim import DeviceSpec
 
     picks = rng.integers(train_set.count, size=config.graphs_per_step)
@@ -748,7 +781,7 @@ def _reinforce_step(policy, learner: Learner, train_set: GraphSource, config: Tr
         actions = [policy.act(features, mode="sample", rng=rng) for _ in range(config.samples)]
         episodes.append(Episode(features, [a.choices for a in actions], None))
         for a in actions:
-            params = search_params(a, **config.search_kwargs())
+            params = config.rollout_params(a)
             jobs += [(graph, d, s, params, config.budget, config.objective,
                       config.population_size) for s in range(config.seeds_per_action)]
     rewards = np.asarray(rollout_rewards(actors, cache, jobs)).reshape(

@@ -135,6 +135,42 @@ def test_validation_of_a_uniform_policy_is_seeded_brkga_against_plain_brkga():
     assert cache.values[BaselineCache.key(val[1], 3, 1001, 40, "peak_memory", 10)] == expected
 
 
+def test_a_rollout_with_a_polish_share_runs_as_the_regal_method_does():
+    """BRKGA on its share, then local search: the seeded-brkga baseline's two phases."""
+    from regal.policy.reference import reference_for
+    from regal.train import run_rollout
+
+    graph = small_graph(40, seed=4)
+    problem = Problem(graph, DeviceSpec(3))
+    reference = reference_for(graph, DeviceSpec(3))
+    params = {"initial": reference.seeds, "spent": reference.evaluations, "polish_share": 0.4}
+    value = run_rollout(RolloutTask(graph, 3, 1000, 3, params=params))
+    assert value == solve("seeded-brkga", problem, 1000, 3, polish_share=0.4).value
+    brkga_only = dict(params, polish_share=0.0)
+    assert run_rollout(RolloutTask(graph, 3, 1000, 3, params=brkga_only)) == \
+        solve("seeded-brkga", problem, 1000, 3, polish_share=0.0).value
+    for bad in (1.0, -0.2, True, "0.5"):
+        with pytest.raises(ValueError, match="polish_share"):
+            TrainConfig(train="train:2", val="valid:2", out="x", polish_share=bad)
+
+
+def test_training_with_the_polish_logs_it_and_a_run_without_it_cannot_resume_with_it(tmp_path):
+    result = train(tiny_config(tmp_path / "p", 2, polish_share=0.5))
+    assert result["step"] == 2
+    stored = json.loads((tmp_path / "p" / "train_config.json").read_text())
+    assert stored["polish_share"] == 0.5
+    # a run stored before the setting existed ran without the polish: resuming it with one
+    # would change its reward mid-run
+    train(tiny_config(tmp_path / "old", 1))
+    config_file = tmp_path / "old" / "train_config.json"
+    old = json.loads(config_file.read_text())
+    del old["polish_share"]
+    config_file.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="polish_share"):
+        train(tiny_config(tmp_path / "old", 2, polish_share=0.5), resume=True)
+    assert train(tiny_config(tmp_path / "old", 2), resume=True)["step"] == 2
+
+
 def test_actor_side_does_not_import_tensorflow():
     code = (
         "import sys, numpy as np\n"

@@ -93,6 +93,7 @@ def test_resume_out_form_changes_only_the_resumable_flags(runs, capsys):
     (["--learning-rate", "0.5"], "--learning-rate"),
     (["--no-elite-bias"], "--no-elite-bias"),
     (["--seed", "1"], "--seed"),
+    (["--polish-share", "0.5"], "--polish-share"),
 ])
 def test_resume_refuses_flags_that_change_the_run(runs, capsys, flags, named):
     run = runs / "resumed"
@@ -143,8 +144,10 @@ def test_new_run_flags_map_onto_the_config_defaults(tmp_path, monkeypatch, capsy
     assert main(["train", "--train", "t", "--val", "v", "--out", out]) == 0
     assert seen[-1] == (TrainConfig(train="t", val="v", out=out), False)
     assert main(["train", "--train", "t", "--val", "v", "--out", out, "--devices", "3",
-                 "--no-elite-bias", "--quiet", "--ray", "--max-minutes", "2"]) == 0
+                 "--no-elite-bias", "--quiet", "--ray", "--max-minutes", "2",
+                 "--polish-share", "0.5"]) == 0
     config = seen[-1][0]
+    assert config.polish_share == 0.5
     assert config.devices == (3,) and config.learn_elite_bias is False
     assert config.progress is False and config.ray is True and config.max_minutes == 2.0
     assert config.steps == 200 and config.budget == 1000
