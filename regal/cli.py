@@ -428,7 +428,7 @@ _TRAIN_FIELDS = ("train", "val", "steps", "budget", "devices", "objective", "gra
                  "samples", "learning_rate", "entropy_coef", "val_every", "val_graphs",
                  "checkpoint_minutes", "max_minutes", "workers", "ray", "seed", "learn",
                  "seeds_per_action", "pretrain_from", "pretrain_steps", "augment",
-                 "polish_share")
+                 "polish_share", "init_from")
 # what a resumed run may change (regal.train.RESUMABLE_FIELDS, as flags)
 _TRAIN_RESUMABLE = ("steps", "max_minutes", "workers", "ray", "checkpoint_minutes")
 
@@ -778,6 +778,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--augment", type=float, metavar="SCALE",
                    help="jitter each REINFORCE graph's costs and sizes by log-normal factors "
                         "of this scale (default 0: none)")
+    p.add_argument("--init-from", metavar="POLICY_DIR",
+                   help="start a new run from this stored policy's weights (fine-tuning; its "
+                        "network shape and menus must be the run's)")
     p.add_argument("--polish-share", type=float, metavar="SHARE",
                    help="share of each rollout's budget left to local search from BRKGA's "
                         "best, as the regal method does (default 0: BRKGA alone)")

@@ -118,6 +118,7 @@ class TrainConfig:
     # share of each rollout's budget left to local search from BRKGA's best, as the `regal`
     # method does (regal_method.POLISH_SHARE); 0: the rollout is BRKGA alone
     polish_share: float = 0.0
+    init_from: str | None = None     # policy folder whose weights start a new run (fine-tuning)
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -795,6 +796,25 @@ def _reinforce_step(policy, learner: Learner, train_set: GraphSource, config: Tr
     return record, rewards
 
 
+def _start_from(policy, folder: Path) -> None:
+    """`policy` given the weights stored in `folder` (a saved policy of the same shape and
+    menus): a new run that fine-tunes it. ValueError naming the folder otherwise."""
+    from regal.policy.menus import read_policy_files
+
+    try:
+        stored, weights = read_policy_files(folder)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(f"init_from: {folder} holds no readable policy ({exc})") from None
+    mine = policy.config
+    for key in ("hidden", "num_layers", "menus", "learn", "learn_elite_bias"):
+        if json.loads(json.dumps(stored.get(key))) != json.loads(json.dumps(mine.get(key))):
+            raise ValueError(f"init_from: {folder} has {key} {stored.get(key)!r}, this run "
+                             f"{mine.get(key)!r}")
+    if [w.shape for w in weights] != [tuple(w.shape) for w in policy.net.weights]:
+        raise ValueError(f"init_from: {folder}: its weights do not match this run's network")
+    policy.net.set_weights(weights)
+
+
 def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
     """Runs (or resumes) training until `config.steps`, `max_minutes` or a signal; checkpoints,
     exports the final policy to `RUN/policy/` and returns a summary."""
@@ -807,6 +827,8 @@ def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
     train_set, val_set = graph_source(config.train), graph_source(config.val)
     cache = BaselineCache(run / BASELINES_FILE)
     policy = Policy(**config.policy_kwargs())
+    if config.init_from and not resume:
+        _start_from(policy, Path(config.init_from))
     policy.eager_max_ops = 0  # thousands of forward passes: trace once, always the same path
     learner = Learner(policy, config.learning_rate, config.entropy_coef, config.clip_norm)
     rng = np.random.default_rng(config.seed)

@@ -171,6 +171,31 @@ def test_training_with_the_polish_logs_it_and_a_run_without_it_cannot_resume_wit
     assert train(tiny_config(tmp_path / "old", 2), resume=True)["step"] == 2
 
 
+def test_a_new_run_can_start_from_a_stored_policy(tmp_path):
+    from regal.train import _start_from
+
+    source = Policy(num_layers=1, hidden=8, seed=3)
+    source.save(tmp_path / "source")
+    mine = Policy(num_layers=1, hidden=8, seed=4)
+    assert any((a != b).any() for a, b in zip(mine.net.get_weights(), source.net.get_weights()))
+    _start_from(mine, tmp_path / "source")
+    for a, b in zip(mine.net.get_weights(), source.net.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="init_from.*hidden"):
+        _start_from(Policy(num_layers=1, hidden=16), tmp_path / "source")
+    with pytest.raises(ValueError, match="init_from"):
+        _start_from(mine, tmp_path / "nothing")
+    # a run started from its own initial weights is the plain run; from others, it is not
+    plain = tiny_config(tmp_path / "plain", 1)
+    Policy(**plain.policy_kwargs()).save(tmp_path / "own")
+    train(plain)
+    train(tiny_config(tmp_path / "own_run", 1, init_from=str(tmp_path / "own")))
+    train(tiny_config(tmp_path / "other_run", 1, init_from=str(tmp_path / "source")))
+    first = {name: _history(tmp_path / name)[0]["rewards"]
+             for name in ("plain", "own_run", "other_run")}
+    assert first["own_run"] == first["plain"] != first["other_run"]
+
+
 def test_actor_side_does_not_import_tensorflow():
     code = (
         "import sys, numpy as np\n"

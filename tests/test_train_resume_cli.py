@@ -145,9 +145,9 @@ def test_new_run_flags_map_onto_the_config_defaults(tmp_path, monkeypatch, capsy
     assert seen[-1] == (TrainConfig(train="t", val="v", out=out), False)
     assert main(["train", "--train", "t", "--val", "v", "--out", out, "--devices", "3",
                  "--no-elite-bias", "--quiet", "--ray", "--max-minutes", "2",
-                 "--polish-share", "0.5"]) == 0
+                 "--polish-share", "0.5", "--init-from", "data/policy"]) == 0
     config = seen[-1][0]
-    assert config.polish_share == 0.5
+    assert config.polish_share == 0.5 and config.init_from == "data/policy"
     assert config.devices == (3,) and config.learn_elite_bias is False
     assert config.progress is False and config.ray is True and config.max_minutes == 2.0
     assert config.steps == 200 and config.budget == 1000
