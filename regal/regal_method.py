@@ -152,9 +152,9 @@ def split_budget(budget: int, share: float = POLISH_SHARE) -> tuple[int, int]:
 def phase_stops(time_limit: float | None, share: float, asked=None, start: float | None = None):
     """`should_stop` hooks of the BRKGA phase and of the polish, and what stopped the run.
 
-    Under `time_limit` seconds (from `start`, a `time.perf_counter()`; default now) BRKGA stops at `1 - share` of it and the
-    polish at the deadline, so both phases run whatever the budget (`share` 0: BRKGA gets all
-    of it). `asked()`, a caller's own hook, stops either phase too. The third value is a
+    Under `time_limit` seconds (from `start`, a `time.perf_counter()`; default now) BRKGA
+    stops at `1 - share` of it and the polish at the deadline, so both phases run whatever
+    the budget (`share` 0: BRKGA gets all of it). `asked()`, a caller's own hook, stops either phase too. The third value is a
     function that says what ended the run: "time_limit", "should_stop" or "budget"."""
     if time_limit is None:
         return asked, asked, lambda: "should_stop" if asked is not None and asked() else "budget"
