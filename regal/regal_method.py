@@ -190,16 +190,16 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
     start = time.perf_counter()
     spent = int(found.evaluations)
     callback = None if progress is None else (lambda used, best: progress(spent + used, best))
-    better = get_method("local-search")(problem, int(budget), seed, heuristics=(),
-                                        initial=[found], progress=callback,
-                                        should_stop=should_stop)
-    if better.value > found.value:       # cannot happen: `found` is one of its starts
-        better = found
+    climbed = get_method("local-search")(problem, int(budget), seed, heuristics=(),
+                                         initial=[found], progress=callback,
+                                         should_stop=should_stop)
+    # `found` is one of its starts, so it cannot be worse; kept as a guard all the same
+    better = climbed if climbed.value <= found.value else found
     extra = dict(found.extra, before_polish=float(found.value),
-                 polish_evaluations=int(better.evaluations) if better is not found else 0,
+                 polish_evaluations=int(climbed.evaluations),
                  polish_time=time.perf_counter() - start,
-                 polish_restarts=better.extra.get("restarts", 0))
-    return dataclasses.replace(better, evaluations=spent + extra["polish_evaluations"],
+                 polish_restarts=climbed.extra.get("restarts", 0))
+    return dataclasses.replace(better, evaluations=spent + int(climbed.evaluations),
                                method=found.method, seed=seed, extra=extra)
 
 
@@ -248,16 +248,29 @@ def two_phase(problem: Problem, budget: int, seed: int, params: dict, *,
               progress: Callable[[int, float], None] | None = None,
               should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
     """`search` with `params` on BRKGA's share of the budget (and of `time_limit` seconds
-    from `started`, default now), then `polish` on the rest; `extra["stopped_by"]` under a
-    time limit (`phase_stops`)."""
+    from `started`, default now), then `polish` on whatever BRKGA left (its share, or more
+    when the time limit ended it early); `extra["stopped_by"]` under a time limit
+    (`phase_stops`). BRKGA always gets what its reference and seeds need (at least its
+    `spent` evaluations plus a population of max(3, seeds)), taken from the polish."""
+    from regal.optimizers import check_time_limit
+
+    if time_limit is not None:
+        time_limit = check_time_limit(time_limit)
     brkga_budget, polish_budget = split_budget(budget, polish_share)
+    seeds = params.get("initial")
+    population = max(3, 0 if seeds is None else len(np.atleast_2d(seeds)))
+    need = int(params.get("spent", 0)) + population
+    if polish_budget and brkga_budget < need:
+        brkga_budget = min(int(budget), need)
+        polish_budget = int(budget) - brkga_budget if int(budget) - brkga_budget >= 8 else 0
+        brkga_budget = int(budget) - polish_budget
     first_stop, last_stop, stopped_by = phase_stops(
         time_limit, polish_share if polish_budget else 0.0, should_stop, started)
     found = search(problem, brkga_budget, seed, progress=progress, should_stop=first_stop,
                    **params, **brkga_options)
-    if polish_budget and not (should_stop is not None and should_stop()):
-        found = polish(problem, found, polish_budget, seed, progress=progress,
-                       should_stop=last_stop)
+    left = int(budget) - int(found.evaluations)
+    if polish_budget and left >= 8 and not (last_stop is not None and last_stop()):
+        found = polish(problem, found, left, seed, progress=progress, should_stop=last_stop)
     if time_limit is not None:
         found = dataclasses.replace(found, extra=dict(found.extra, stopped_by=stopped_by()))
     return found

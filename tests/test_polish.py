@@ -65,3 +65,14 @@ def test_polish_share_zero_is_the_brkga_search_draw_for_draw(problem):
     np.testing.assert_array_equal(mine.priority, plain.priority)
     assert mine.value == plain.value and "before_polish" not in mine.extra
     assert mine.extra["history"] == plain.extra["history"]
+
+
+@pytest.mark.parametrize("method", ["seeded-brkga", "regal"])
+def test_small_budgets_that_ran_before_the_polish_still_run(problem, method):
+    """BRKGA keeps what its reference and seeds need (the polish gives way): budget 15 once
+    left BRKGA 7 evaluations, too few for the reference's 4 evaluations and 4 seeds."""
+    for budget in (8, 12, 15, 16, 20, 31, 40):
+        found = solve(method, problem, budget, 0)
+        assert found.evaluations == budget, budget
+    found = solve(method, problem, 40, 0, polish_share=0.9)   # 36 asked, BRKGA keeps 8
+    assert found.evaluations == 40 and found.extra["polish_evaluations"] == 32

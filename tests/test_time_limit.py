@@ -115,6 +115,10 @@ def test_two_phase_search_polishes_within_the_time_limit(slow_problem, method):
     assert found.extra["time_limit"] == LIMIT and found.extra["stopped_by"] == "time_limit"
     assert found.extra["polish_evaluations"] > 0
     assert found.value <= found.extra["before_polish"]
+    # with a budget too, the run ends at the deadline or with the whole budget spent: the
+    # polish takes what a time-cut BRKGA left
+    cut = solve(method, slow_problem, 3000, 1, time_limit=LIMIT)
+    assert cut.evaluations == 3000 or cut.extra["stopped_by"] == "time_limit"
     result = simulate(slow_problem.graph, slow_problem.devices, found.placement, found.priority,
                       found.transfer_priority)
     assert found.value == float(result.objective("peak_memory"))

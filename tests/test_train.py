@@ -159,6 +159,11 @@ def test_training_with_the_polish_logs_it_and_a_run_without_it_cannot_resume_wit
     assert result["step"] == 2
     stored = json.loads((tmp_path / "p" / "train_config.json").read_text())
     assert stored["polish_share"] == 0.5
+    # same graphs, actions and seeds as a run without it (the loop's rng draws the same):
+    # only the rollouts' answers, hence the rewards, differ
+    train(tiny_config(tmp_path / "q", 2))
+    polished, plain = _history(tmp_path / "p")[0], _history(tmp_path / "q")[0]
+    assert polished["graphs"] == plain["graphs"] and polished["rewards"] != plain["rewards"]
     # a run stored before the setting existed ran without the polish: resuming it with one
     # would change its reward mid-run
     train(tiny_config(tmp_path / "old", 1))
