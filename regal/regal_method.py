@@ -138,12 +138,13 @@ def search_params(action, seed_population: bool = True,
     return params
 
 
-def split_budget(budget: int, share: float = POLISH_SHARE) -> tuple[int, int]:
-    """(BRKGA's evaluations, local search's) out of `budget`: `share` of it to the polish,
-    none when that is under 8 (too few for local search to do more than score its starts)."""
+def split_budget(budget: int, share: float = POLISH_SHARE, keep: int = 0) -> tuple[int, int]:
+    """(BRKGA's evaluations, local search's) out of `budget`: `share` of it to the polish, but
+    never so much that BRKGA has fewer than `keep`, and none when that is under 8 (too few for
+    local search to do more than score its starts)."""
     if not 0.0 <= share < 1.0:
         raise ValueError(f"polish: expected a share of the budget in [0, 1), got {share}")
-    polish_budget = int(round(int(budget) * float(share)))
+    polish_budget = min(int(round(int(budget) * float(share))), int(budget) - int(keep))
     if polish_budget < 8:
         return int(budget), 0
     return int(budget) - polish_budget, polish_budget
@@ -154,8 +155,9 @@ def phase_stops(time_limit: float | None, share: float, asked=None, start: float
 
     Under `time_limit` seconds (from `start`, a `time.perf_counter()`; default now) BRKGA
     stops at `1 - share` of it and the polish at the deadline, so both phases run whatever
-    the budget (`share` 0: BRKGA gets all of it). `asked()`, a caller's own hook, stops either phase too. The third value is a
-    function that says what ended the run: "time_limit", "should_stop" or "budget"."""
+    the budget (`share` 0: BRKGA gets all of it). `asked()`, a caller's own hook, stops
+    either phase too. The third value is a function that says what ended the run:
+    "time_limit", "should_stop" or "budget"."""
     if time_limit is None:
         return asked, asked, lambda: "should_stop" if asked is not None and asked() else "budget"
     start = time.perf_counter() if start is None else float(start)
@@ -256,14 +258,10 @@ def two_phase(problem: Problem, budget: int, seed: int, params: dict, *,
 
     if time_limit is not None:
         time_limit = check_time_limit(time_limit)
-    brkga_budget, polish_budget = split_budget(budget, polish_share)
     seeds = params.get("initial")
     population = max(3, 0 if seeds is None else len(np.atleast_2d(seeds)))
-    need = int(params.get("spent", 0)) + population
-    if polish_budget and brkga_budget < need:
-        brkga_budget = min(int(budget), need)
-        polish_budget = int(budget) - brkga_budget if int(budget) - brkga_budget >= 8 else 0
-        brkga_budget = int(budget) - polish_budget
+    brkga_budget, polish_budget = split_budget(budget, polish_share,
+                                               keep=int(params.get("spent", 0)) + population)
     first_stop, last_stop, stopped_by = phase_stops(
         time_limit, polish_share if polish_budget else 0.0, should_stop, started)
     found = search(problem, brkga_budget, seed, progress=progress, should_stop=first_stop,

@@ -180,8 +180,7 @@ class TrainConfig:
         """A sampled action's rollout parameters (`RolloutTask.params`)."""
         from regal.regal_method import search_params
 
-        params = search_params(action, **self.search_kwargs())
-        return dict(params, polish_share=self.polish_share) if self.polish_share else params
+        return dict(search_params(action, **self.search_kwargs()), polish_share=self.polish_share)
 
 
 # ---------------------------------------------------------------------------
@@ -254,18 +253,14 @@ def run_rollout(task: RolloutTask) -> float:
     """BRKGA with the task's search parameters (then the polish, if it has a share); returns
     the best objective found."""
     from regal.optimizers import Problem
-    from regal.regal_method import search, two_phase
+    from regal.regal_method import two_phase
     from regal.sim import DeviceSpec
 
     problem = Problem(task.graph, DeviceSpec(task.devices), task.objective)
     params = dict(task.params)
-    share = float(params.pop("polish_share", 0.0))
-    if share:
-        solution = two_phase(problem, task.budget, task.seed, params, polish_share=share,
-                             population_size=task.population_size)
-    else:
-        solution = search(problem, task.budget, task.seed, population_size=task.population_size,
-                          **params)
+    share = float(params.pop("polish_share", 0.0))   # 0: exactly `search`, draw for draw
+    solution = two_phase(problem, task.budget, task.seed, params, polish_share=share,
+                         population_size=task.population_size)
     return float(solution.value)
 
 
@@ -720,9 +715,8 @@ def validation_rewards(policy, val: GraphSource, indices, devices=(2, 4), seeds:
         graph = val[i]
         d = devices[i % len(devices)]
         action = policy.act(graph, DeviceSpec(d), mode="greedy", objective=objective)
-        params = search_params(action, seed_population, uniform_mutant_fraction)
-        if polish_share:
-            params = dict(params, polish_share=polish_share)
+        params = dict(search_params(action, seed_population, uniform_mutant_fraction),
+                      polish_share=polish_share)
         for s in range(seeds):
             jobs.append((graph, d, 1000 + s, params, budget, objective, population_size))
     rewards = rollout_rewards(actors or InlineActors(), cache or BaselineCache(), jobs)
@@ -799,20 +793,17 @@ def _reinforce_step(policy, learner: Learner, train_set: GraphSource, config: Tr
 def _start_from(policy, folder: Path) -> None:
     """`policy` given the weights stored in `folder` (a saved policy of the same shape and
     menus): a new run that fine-tunes it. ValueError naming the folder otherwise."""
-    from regal.policy.menus import read_policy_files
+    from regal.policy import Policy
 
     try:
-        stored, weights = read_policy_files(folder)
+        stored = Policy.load(folder)   # reads and checks the weights against its config
     except (OSError, ValueError, KeyError) as exc:
         raise ValueError(f"init_from: {folder} holds no readable policy ({exc})") from None
-    mine = policy.config
     for key in ("hidden", "num_layers", "menus", "learn", "learn_elite_bias"):
-        if json.loads(json.dumps(stored.get(key))) != json.loads(json.dumps(mine.get(key))):
-            raise ValueError(f"init_from: {folder} has {key} {stored.get(key)!r}, this run "
-                             f"{mine.get(key)!r}")
-    if [w.shape for w in weights] != [tuple(w.shape) for w in policy.net.weights]:
-        raise ValueError(f"init_from: {folder}: its weights do not match this run's network")
-    policy.net.set_weights(weights)
+        theirs, mine = stored.config.get(key), policy.config.get(key)
+        if json.loads(json.dumps(theirs)) != json.loads(json.dumps(mine)):
+            raise ValueError(f"init_from: {folder} has {key} {theirs!r}, this run {mine!r}")
+    policy.net.set_weights(stored.net.get_weights())
 
 
 def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:

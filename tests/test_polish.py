@@ -25,6 +25,10 @@ def test_split_budget_by_hand():
     assert split_budget(5000, 0.0) == (5000, 0)
     assert split_budget(15, 0.4) == (15, 0)        # 6 evaluations: too few to polish
     assert split_budget(20, 0.4) == (12, 8)
+    # BRKGA keeps `keep` evaluations; the polish gives way, and vanishes under 8
+    assert split_budget(40, 0.9, keep=8) == (8, 32)
+    assert split_budget(20, 0.5, keep=8) == (10, 10)
+    assert split_budget(15, 0.5, keep=8) == (15, 0)
     for share in (1.0, -0.1, 1.5):
         with pytest.raises(ValueError, match="polish"):
             split_budget(5000, share)
