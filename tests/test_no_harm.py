@@ -1,0 +1,68 @@
+"""experiments/no_harm.py: which graphs are rechecked, the figures against runs made here,
+resuming, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import experiment, one_synthetic_graph
+from regal import harness, optimizers
+from regal.io import load_graph
+from regal.sim import DeviceSpec
+
+
+def test_improvement_and_standard_error_by_hand():
+    script = experiment("no_harm")
+    pairs = [(100.0, 90.0), (100.0, 110.0), (100.0, 103.0)]
+    assert script.improvement(pairs) == pytest.approx(-1.0)       # 100 vs mean 101
+    # per seed +10, -10, -3: mean -1, squared deviations 121 + 81 + 4 = 206, variance 103
+    assert script.standard_error(pairs) == pytest.approx((103 / 3) ** 0.5)
+
+
+def test_rechecks_the_graphs_below_the_line_with_more_seeds(tmp_path):
+    script = experiment("no_harm")
+    folder = tmp_path / "graphs"
+    folder.mkdir()
+    path = one_synthetic_graph(folder, 20, 30, 3)
+    out = tmp_path / "res"
+    harness.run_experiment(["brkga", "local-search"], {"synth": folder}, out, seeds=2,
+                           budgets=300, devices=[2], workers=1, progress=False)
+    records = out / "records.jsonl"
+    # local search beats BRKGA on this graph: nothing is below 0%, everything below +100%
+    assert script.suspects(records, "local-search", None, 0.0, 300) == {}
+    (key,) = script.suspects(records, "local-search", None, 100.0, 300)
+    table = tmp_path / "no_harm.md"
+    argv = ["--records", str(records), "--graphs", str(folder), "--method", "local-search",
+            "--below", "100", "--seeds", "3", "--budget", "300", "--out", str(table)]
+    assert script.main(argv) == 0
+    problem = optimizers.Problem(load_graph(path), DeviceSpec(2))
+    pairs = [(optimizers.solve("brkga", problem, 300, s).value,
+              optimizers.solve("local-search", problem, 300, s).value) for s in range(3)]
+    row = [line for line in table.read_text().splitlines() if line.startswith("| synth |")]
+    assert len(row) == 1
+    cells = [c.strip() for c in row[0].strip("|").split("|")]
+    assert cells[:4] == ["synth", "2", key[1], "2"]
+    assert cells[5] == f"{script.improvement(pairs):+.2f}%"
+    assert cells[6] == f"{script.standard_error(pairs):.2f}"
+    assert cells[8] == "yes"                    # seeds 0 and 1 reproduce the records
+    # resumed: nothing runs again
+    lines = table.with_suffix(".jsonl").read_text().splitlines()
+    assert len(lines) == 3 and json.loads(lines[0])["seed"] == 0
+    assert script.main(argv) == 0
+    assert len(table.with_suffix(".jsonl").read_text().splitlines()) == 3
+
+
+def test_bad_input_is_refused(tmp_path, capsys):
+    script = experiment("no_harm")
+    for argv, needle in ((["--records", str(tmp_path / "none.jsonl")], "none.jsonl"),
+                         (["--records", str(tmp_path), "--method", "nope"], "--records"),
+                         (["--seeds", "1"], "--seeds")):
+        records = tmp_path / "r.jsonl"
+        records.write_text("")
+        full = ["--records", str(records), "--graphs", str(tmp_path),
+                "--out", str(tmp_path / "o.md")] + argv
+        with pytest.raises(SystemExit) as exc:
+            script.main(full)
+        assert exc.value.code == 2 and needle in capsys.readouterr().err
