@@ -1,14 +1,16 @@
 """The `regal` method (docs/design.md §6): one GNN forward pass, BRKGA with the policy's choices,
-then local search from BRKGA's best.
+then local search from BRKGA's best and from the heuristic starts.
 
 The policy picks every op's key distributions (relative to the graph's reference solution,
 `regal.policy.reference`) and elite bias once (greedy by default); BRKGA then searches in
 slot space (`search`), its first population seeded with the reference heuristics' solutions
 and a share of its mutants kept uniform (`search_params`), so that a poor choice costs little
-against plain BRKGA. The last `POLISH_SHARE` of the budget goes to `local-search` started
-from BRKGA's best (`polish`): at 5,000 evaluations BRKGA finds a good basin but climbs it
-slowly, while the peak-directed moves climb it fast (measured in data/policy/README.md). The
-reference's evaluations count in the budget. The forward pass is `regal.policy.NumpyPolicy`
+against plain BRKGA. The last `POLISH_SHARE` of the budget goes to `local-search` (`polish`):
+`FRESH_SHARE` of it climbs afresh from the heuristic starts, the rest from BRKGA's best. At
+5,000 evaluations BRKGA finds good basins but climbs them slowly, the peak-directed moves
+climb fast, and the heuristics' basins are often the better ones (measured in
+data/policy/README.md and experiments/results/budget_schedules.md). The reference's
+evaluations count in the budget. The forward pass is `regal.policy.NumpyPolicy`
 (numpy, same weights and logits as the TensorFlow `Policy`), so the method never imports
 TensorFlow; training, and a `policy=` object passed in, may still use the TensorFlow one.
 Loaded policies are kept per process; `Solution.extra` records the load, policy, BRKGA and
@@ -30,6 +32,7 @@ from regal.decode import decode
 from regal.optimizers import Problem, Solution, score
 
 __all__ = ["DEFAULT_POLICY_DIR", "REPO_ROOT", "UNIFORM_MUTANT_FRACTION", "POLISH_SHARE",
+           "FRESH_SHARE",
            "default_policy_dir", "polish", "split_budget", "phase_stops", "two_phase",
            "resolve_policy_dir", "portable_policy_dir", "policy_content_hash", "load_policy",
            "solve_regal", "ablated_action", "search_params", "search"]
@@ -41,8 +44,11 @@ _LOADED: dict[str, object] = {}
 # share of each generation's mutants kept uniform when the policy biases the keys ("do no
 # harm": plain BRKGA's exploration never stops)
 UNIFORM_MUTANT_FRACTION = 0.5
-# share of the budget left to local search from BRKGA's best (0: BRKGA spends it all)
-POLISH_SHARE = 0.5
+# share of the budget left to local search after BRKGA (0: BRKGA spends it all), and the
+# share of that which climbs afresh from the heuristic starts instead of from BRKGA's best
+# (experiments/results/budget_schedules.md compares the schedules)
+POLISH_SHARE = 0.8
+FRESH_SHARE = 0.5
 
 
 def default_policy_dir() -> Path:
@@ -181,28 +187,72 @@ def phase_stops(time_limit: float | None, share: float, asked=None, start: float
     return first, until(deadline, True), lambda: stopped[0] if stopped else "budget"
 
 
+def _first_of(*solutions: Solution | None) -> Solution:
+    """The best of `solutions` (None skipped); the earliest wins a tie."""
+    best = None
+    for solution in solutions:
+        if solution is not None and (best is None or solution.value < best.value):
+            best = solution
+    return best
+
+
 def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
+           fresh_share: float = 0.0, time_left: float | None = None,
            progress: Callable[[int, float], None] | None = None,
            should_stop: Callable[[], bool] | None = None) -> Solution:
-    """`found` improved by `local-search` from it with `budget` more evaluations (no
-    heuristic starts: `found` already beats them); never worse than `found`. The answer
-    counts both searches' evaluations; `extra` keeps `found`'s and adds the polish's."""
+    """`found` improved by `local-search` with `budget` more evaluations; never worse than
+    `found`. `1 - fresh_share` of them climb from `found` (no heuristic starts: `found`
+    already beats them), the rest climb afresh from the heuristic starts (seed + 1), whose
+    basins are often better than BRKGA's; the answer is the best of the three. Under
+    `time_left` seconds the time splits the same way. The answer counts every evaluation;
+    `extra` keeps `found`'s and adds the polish's."""
     from regal.optimizers import get_method
 
+    if not 0.0 <= fresh_share < 1.0:
+        raise ValueError(f"fresh_share: expected a share of the polish in [0, 1), got "
+                         f"{fresh_share!r}")
+    local_search = get_method("local-search")
     start = time.perf_counter()
-    spent = int(found.evaluations)
-    callback = None if progress is None else (lambda used, best: progress(spent + used, best))
-    climbed = get_method("local-search")(problem, int(budget), seed, heuristics=(),
-                                         initial=[found], progress=callback,
-                                         should_stop=should_stop)
-    # `found` is one of its starts, so it cannot be worse; kept as a guard all the same
-    better = climbed if climbed.value <= found.value else found
+    spent, budget = int(found.evaluations), int(budget)
+    fresh_budget = int(round(budget * float(fresh_share)))
+    if fresh_budget < 8:
+        fresh_budget = 0
+    best_so_far = [float(found.value)]
+
+    def reporting(offset: int):
+        if progress is None:
+            return None
+
+        def report(used: int, best: float) -> None:
+            best_so_far[0] = min(best_so_far[0], float(best))
+            progress(spent + offset + used, best_so_far[0])
+        return report
+
+    climb_stop = should_stop
+    if fresh_budget and time_left is not None:
+        switch = start + float(time_left) * (1.0 - fresh_share)
+        climb_stop = (lambda: (should_stop is not None and should_stop())
+                      or time.perf_counter() >= switch)
+    climbed = local_search(problem, budget - fresh_budget, seed, heuristics=(),
+                           initial=[found], progress=reporting(0), should_stop=climb_stop)
+    used = int(climbed.evaluations)
+    fresh = None
+    if fresh_budget and budget - used >= 8 and not (should_stop is not None and should_stop()):
+        # the climb from `found` may have stopped early (time): the fresh one takes what is left
+        fresh = local_search(problem, budget - used, seed + 1, progress=reporting(used),
+                             should_stop=should_stop)
+        used += int(fresh.evaluations)
+    # `found` is one of the climb's starts, so it cannot be worse; kept as a guard all the same
+    better = _first_of(found, climbed, fresh)
     extra = dict(found.extra, before_polish=float(found.value),
-                 polish_evaluations=int(climbed.evaluations),
-                 polish_time=time.perf_counter() - start,
-                 polish_restarts=climbed.extra.get("restarts", 0))
-    return dataclasses.replace(better, evaluations=spent + int(climbed.evaluations),
-                               method=found.method, seed=seed, extra=extra)
+                 polish_evaluations=used, polish_time=time.perf_counter() - start,
+                 polish_restarts=climbed.extra.get("restarts", 0),
+                 climbed_value=float(climbed.value))
+    if fresh is not None:
+        extra.update(fresh_value=float(fresh.value), fresh_evaluations=int(fresh.evaluations),
+                     polish_winner="fresh" if better is fresh else "climb")
+    return dataclasses.replace(better, evaluations=spent + used, method=found.method,
+                               seed=seed, extra=extra)
 
 
 def search(problem: Problem, budget: int, seed: int, *, population_size: int = 100,
@@ -245,19 +295,21 @@ def search(problem: Problem, budget: int, seed: int, *, population_size: int = 1
 
 
 def two_phase(problem: Problem, budget: int, seed: int, params: dict, *,
-              polish_share: float = POLISH_SHARE, time_limit: float | None = None,
-              started: float | None = None,
+              polish_share: float = POLISH_SHARE, fresh_share: float = FRESH_SHARE,
+              time_limit: float | None = None, started: float | None = None,
               progress: Callable[[int, float], None] | None = None,
               should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
     """`search` with `params` on BRKGA's share of the budget (and of `time_limit` seconds
     from `started`, default now), then `polish` on whatever BRKGA left (its share, or more
-    when the time limit ended it early); `extra["stopped_by"]` under a time limit
+    when the time limit ended it early; `fresh_share` of it climbs afresh from the heuristic
+    starts); `extra["stopped_by"]` under a time limit
     (`phase_stops`). BRKGA always gets what its reference and seeds need (at least its
     `spent` evaluations plus a population of max(3, seeds)), taken from the polish."""
     from regal.optimizers import check_time_limit
 
     if time_limit is not None:
         time_limit = check_time_limit(time_limit)
+    started = time.perf_counter() if started is None else float(started)
     seeds = params.get("initial")
     population = max(3, 0 if seeds is None else len(np.atleast_2d(seeds)))
     brkga_budget, polish_budget = split_budget(budget, polish_share,
@@ -268,7 +320,9 @@ def two_phase(problem: Problem, budget: int, seed: int, params: dict, *,
                    **params, **brkga_options)
     left = int(budget) - int(found.evaluations)
     if polish_budget and left >= 8 and not (last_stop is not None and last_stop()):
-        found = polish(problem, found, left, seed, progress=progress, should_stop=last_stop)
+        time_left = None if time_limit is None else started + time_limit - time.perf_counter()
+        found = polish(problem, found, left, seed, fresh_share=fresh_share, time_left=time_left,
+                       progress=progress, should_stop=last_stop)
     if time_limit is not None:
         found = dataclasses.replace(found, extra=dict(found.extra, stopped_by=stopped_by()))
     return found
@@ -278,12 +332,13 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
                 policy_hash: str | None = None, mode: str = "greedy", learn=None,
                 learn_elite_bias=None, seed_population: bool = True,
                 uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION,
-                polish_share: float = POLISH_SHARE, time_limit: float | None = None,
+                polish_share: float = POLISH_SHARE, fresh_share: float = FRESH_SHARE,
+                time_limit: float | None = None,
                 progress: Callable[[int, float], None] | None = None,
                 should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
     """REGAL: the policy's per-op choices relative to the reference solution, then BRKGA,
-    then local search from BRKGA's best (`polish`), `budget` evaluations in all (the
-    reference's included) with `seed`.
+    then local search from BRKGA's best and afresh from the heuristic starts (`polish`),
+    `budget` evaluations in all (the reference's included) with `seed`.
 
     `policy` (a loaded Policy or NumpyPolicy) wins over `policy_dir`; a relative `policy_dir` is looked up
     under the repository root first. `policy_hash`, when given, must match the stored
@@ -294,7 +349,8 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     puts the reference heuristics' solutions in the first population;
     `uniform_mutant_fraction` of the mutants stay uniform (see `search_params`).
     `polish_share` of the budget, and of `time_limit` seconds when given, goes to the local
-    search (`two_phase`; 0: BRKGA only). `should_stop()` ends the search early.
+    search (`two_phase`; 0: BRKGA only), `fresh_share` of that to the fresh climb (0: all
+    from BRKGA's best). `should_stop()` ends the search early.
     """
     start = time.perf_counter()
     source = "object"
@@ -313,7 +369,8 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     params = search_params(action, seed_population, uniform_mutant_fraction)
     acted = time.perf_counter()
     found = two_phase(problem, budget, seed, params, polish_share=polish_share,
-                      time_limit=time_limit, started=start, progress=progress,
+                      fresh_share=fresh_share, time_limit=time_limit, started=start,
+                      progress=progress,
                       should_stop=should_stop, **brkga_options)
     done = time.perf_counter()
     counts = {head: np.bincount(getattr(action.choices, head),

@@ -259,8 +259,9 @@ def run_rollout(task: RolloutTask) -> float:
     problem = Problem(task.graph, DeviceSpec(task.devices), task.objective)
     params = dict(task.params)
     share = float(params.pop("polish_share", 0.0))   # 0: exactly `search`, draw for draw
+    # no fresh climb from the heuristic starts: it would not depend on the policy's action
     solution = two_phase(problem, task.budget, task.seed, params, polish_share=share,
-                         population_size=task.population_size)
+                         fresh_share=0.0, population_size=task.population_size)
     return float(solution.value)
 
 

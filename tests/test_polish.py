@@ -80,3 +80,46 @@ def test_small_budgets_that_ran_before_the_polish_still_run(problem, method):
         assert found.evaluations == budget, budget
     found = solve(method, problem, 40, 0, polish_share=0.9)   # 36 asked, BRKGA keeps 8
     assert found.evaluations == 40 and found.extra["polish_evaluations"] == 32
+
+
+def test_the_fresh_climb_is_local_search_from_the_heuristic_starts(problem):
+    """With `fresh_share` the polish is two independent climbs: from `found` on the first part,
+    from the heuristic starts (seed + 1) on the rest; the answer is the best of the three."""
+    start = solve("brkga", problem, 200, 1)
+    both = polish(problem, start, 400, 1, fresh_share=0.5)
+    climbed = solve("local-search", problem, 200, 1, heuristics=(), initial=[start])
+    fresh = solve("local-search", problem, 200, 2)
+    assert both.extra["climbed_value"] == climbed.value
+    assert both.extra["fresh_value"] == fresh.value and both.extra["fresh_evaluations"] == 200
+    assert both.value == min(start.value, climbed.value, fresh.value)
+    assert both.extra["polish_winner"] == ("fresh" if fresh.value < climbed.value else "climb")
+    assert both.evaluations == start.evaluations + 400
+    assert both.extra["polish_evaluations"] == 400 and both.method == start.method
+    # a fresh part under 8 evaluations is not worth its starts: all of it climbs from `found`
+    small = polish(problem, start, 14, 1, fresh_share=0.5)
+    assert "fresh_value" not in small.extra and small.extra["polish_evaluations"] == 14
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match="fresh_share"):
+            polish(problem, start, 100, 1, fresh_share=bad)
+
+
+@pytest.mark.parametrize("method", ["seeded-brkga", "regal"])
+def test_the_default_schedule(problem, method):
+    """BRKGA on 1 - POLISH_SHARE of the budget, then the two climbs on FRESH_SHARE splits of
+    the rest; progress never reports a worse best than before, and ends at the answer."""
+    from regal.regal_method import FRESH_SHARE, POLISH_SHARE
+
+    seen = []
+    found = solve(method, problem, 1000, 3, progress=lambda used, best: seen.append((used, best)))
+    polish_budget = round(1000 * POLISH_SHARE)
+    brkga_only = solve(method, problem, 1000 - polish_budget, 3, polish_share=0.0)
+    assert found.extra["before_polish"] == brkga_only.value
+    assert found.extra["polish_evaluations"] == polish_budget == 1000 - brkga_only.evaluations
+    assert found.extra["fresh_evaluations"] == round(polish_budget * FRESH_SHARE)
+    fresh = solve("local-search", problem, round(polish_budget * FRESH_SHARE), 4)
+    assert found.extra["fresh_value"] == fresh.value
+    assert found.value == min(found.extra["before_polish"], found.extra["climbed_value"],
+                              fresh.value)
+    used, best = zip(*seen)
+    assert list(used) == sorted(used) and used[-1] == 1000
+    assert all(b >= a for a, b in zip(best[1:], best[:-1])) and best[-1] == found.value
