@@ -16,9 +16,9 @@ gap; its table chose the shipped one (data/policy/README.md quotes it):
                      best answer (regal_method.POLISH_SHARE 0.8, FRESH_SHARE 0.5)
     local-search     the baseline: local search from the heuristic starts on all of it
 
-Every percentage is the improvement over plain BRKGA with the same budget and seed, averaged
-over the seeds per graph (the issue's per-graph rule), then summarised over the graphs of a
-folder. Resumable: one JSON line per (schedule, graph, devices, seed) in `--cache`.
+Every percentage is the improvement over plain BRKGA with the same budget and seeds, per graph
+from the means over the seeds (as in the transfer tables), then summarised over the graphs of
+a folder. Resumable: one JSON line per (schedule, graph, devices, seed) in `--cache`.
 
     python experiments/budget_schedules.py --graphs runs/transfer_graphs/synth_test_100 \\
         runs/transfer_graphs/real_heldout_all --out experiments/results/budget_schedules.md
@@ -101,7 +101,8 @@ def run_schedule(name: str, problem, budget: int, seed: int) -> tuple[float, int
 
 def summarise(rows: list[dict], schedules, splits, devices) -> str:
     """Markdown table: per split and device count, each schedule's mean / median / worst graph
-    improvement over BRKGA (per-graph means over seeds) and the graphs below -1%."""
+    improvement over BRKGA (per graph: mean BRKGA vs mean schedule over the seeds) and the
+    graphs below -1%."""
     values = {(r["schedule"], r["split"], r["graph"], r["devices"], r["seed"]): r["value"]
               for r in rows}
     lines = ["| split | devices | schedule | mean | median | worst graph | graphs below -1% |",
@@ -113,10 +114,12 @@ def summarise(rows: list[dict], schedules, splits, devices) -> str:
                 for (s, sp, g, dd, seed), value in values.items():
                     base = values.get(("brkga", sp, g, dd, seed))
                     if s == name and sp == split and dd == d and base:
-                        per_graph.setdefault(g, []).append(100.0 * (base - value) / base)
+                        per_graph.setdefault(g, []).append((base, value))
                 if not per_graph:
                     continue
-                means = [statistics.fmean(v) for v in per_graph.values()]
+                means = [100.0 * (1.0 - statistics.fmean(v for _, v in pairs)
+                                  / statistics.fmean(b for b, _ in pairs))
+                         for pairs in per_graph.values()]
                 lines.append(f"| {split} | {d} | {name} | {statistics.fmean(means):+.2f}% | "
                              f"{statistics.median(means):+.2f}% | {min(means):+.2f}% | "
                              f"{sum(m < -1.0 for m in means)} of {len(means)} |")
@@ -157,7 +160,7 @@ def main(argv=None) -> int:
     work = [(folder, path, d, seed) for folder in folders
             for path in sorted(folder.glob("*.npz"))[:args.limit]
             for d in args.devices for seed in args.seeds]
-    started = time.perf_counter()
+    started, made = time.perf_counter(), 0
     for folder, path, d, seed in tqdm(work, desc="graphs x devices x seeds", unit="run"):
         problem = None
         for name in ["brkga"] + schedules:
@@ -172,12 +175,14 @@ def main(argv=None) -> int:
                        budget=args.budget, value=value, evaluations=used)
             rows.append(row)
             done.add(key)
+            made += 1
             if sink is not None:
                 sink.write(json.dumps(row) + "\n")
                 sink.flush()
     table = summarise(rows, schedules, [f.name for f in folders], args.devices)
     header = (f"Budget schedules at {args.budget} evaluations, seeds {args.seeds}, improvement "
-              f"over plain BRKGA ({time.perf_counter() - started:.0f} s this run)\n\n")
+              f"over plain BRKGA ({made} runs made in {time.perf_counter() - started:.0f} s, "
+              f"{len(rows) - made} from `{cache}`)\n\n")
     print(header + table)
     if args.out:
         Path(args.out).write_text(header + table)
