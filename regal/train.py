@@ -115,8 +115,8 @@ class TrainConfig:
     pretrain_from: str | None = None  # best-known store (JSON lines) for supervised steps
     pretrain_steps: int = 0          # the first this many steps are supervised
     augment: float = 0.0             # REINFORCE graphs' costs/sizes jittered (log-normal scale)
-    # share of each rollout's budget left to local search from BRKGA's best, as the `regal`
-    # method does (regal_method.POLISH_SHARE); 0: the rollout is BRKGA alone
+    # share of each rollout's budget left to local search from BRKGA's best, as in the `regal`
+    # method (without its fresh climb, which ignores the policy); 0: the rollout is BRKGA alone
     polish_share: float = 0.0
     init_from: str | None = None     # policy folder whose weights start a new run (fine-tuning)
     progress: bool = True
