@@ -112,10 +112,11 @@ def main(argv=None) -> int:
     found = {k: v for k, v in suspects(args.records, args.method, args.policy, args.below,
                                        args.budget).items() if k[0] in paths}
     done: dict = {}
-    if cache.exists():
+    if cache.exists():   # only the lines of this method and budget
         for line in cache.read_text().splitlines():
             row = json.loads(line)
-            done[(*row["key"], row["seed"])] = (row["brkga"], row["value"])
+            if row["method"] == args.method and row["budget"] == args.budget:
+                done[(*row["key"], row["seed"])] = (row["brkga"], row["value"])
     start = time.perf_counter()
     for n, key in enumerate(sorted(found, key=lambda k: (k[2], k[3], k[1])), 1):
         fingerprint, graph, dataset, devices = key
@@ -130,7 +131,8 @@ def main(argv=None) -> int:
                                      **found[key]["options"]).value
             done[(*key, seed)] = (base, value)
             with cache.open("a") as fh:
-                fh.write(json.dumps({"key": list(key), "seed": seed, "brkga": base,
+                fh.write(json.dumps({"key": list(key), "seed": seed, "method": args.method,
+                                     "budget": args.budget, "brkga": base,
                                      "value": value}) + "\n")
         print(f"[{n}/{len(found)}] {dataset} {graph} d={devices} "
               f"({time.perf_counter() - start:.0f} s)", flush=True)

@@ -196,6 +196,14 @@ def _first_of(*solutions: Solution | None) -> Solution:
     return best
 
 
+def _check_fresh_share(fresh_share) -> None:
+    number = isinstance(fresh_share, (int, float, np.number)) and \
+        not isinstance(fresh_share, bool)
+    if not (number and 0.0 <= fresh_share < 1.0):
+        raise ValueError(f"fresh_share: expected a share of the polish in [0, 1), got "
+                         f"{fresh_share!r}")
+
+
 def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
            fresh_share: float = 0.0, time_left: float | None = None,
            progress: Callable[[int, float], None] | None = None,
@@ -203,18 +211,18 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
     """`found` improved by `local-search` with `budget` more evaluations; never worse than
     `found`. `1 - fresh_share` of them climb from `found` (no heuristic starts: `found`
     already beats them), the rest climb afresh from the heuristic starts (seed + 1), whose
-    basins are often better than BRKGA's; the answer is the best of the three. Under
-    `time_left` seconds the time splits the same way. The answer counts every evaluation;
-    `extra` keeps `found`'s and adds the polish's."""
+    basins are often better than BRKGA's; the answer is the best of the three. With
+    `time_left`, the seconds until the deadline that `should_stop` enforces, the time splits
+    the same way. The answer counts every evaluation; `extra` keeps `found`'s and adds the
+    polish's."""
     from regal.optimizers import get_method
 
-    if not 0.0 <= fresh_share < 1.0:
-        raise ValueError(f"fresh_share: expected a share of the polish in [0, 1), got "
-                         f"{fresh_share!r}")
+    _check_fresh_share(fresh_share)
     local_search = get_method("local-search")
     start = time.perf_counter()
     spent, budget = int(found.evaluations), int(budget)
-    fresh_budget = int(round(budget * float(fresh_share)))
+    # the climb from `found` keeps at least one evaluation (it scores `found` itself)
+    fresh_budget = min(int(round(budget * float(fresh_share))), budget - 1)
     if fresh_budget < 8:
         fresh_budget = 0
     best_so_far = [float(found.value)]
@@ -243,7 +251,7 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
                              should_stop=should_stop)
         used += int(fresh.evaluations)
     # `found` is one of the climb's starts, so it cannot be worse; kept as a guard all the same
-    better = _first_of(found, climbed, fresh)
+    better = _first_of(climbed, fresh, found)   # the climb wins ties: its second key is no worse
     extra = dict(found.extra, before_polish=float(found.value),
                  polish_evaluations=used, polish_time=time.perf_counter() - start,
                  polish_restarts=climbed.extra.get("restarts", 0),
@@ -309,6 +317,7 @@ def two_phase(problem: Problem, budget: int, seed: int, params: dict, *,
 
     if time_limit is not None:
         time_limit = check_time_limit(time_limit)
+    _check_fresh_share(fresh_share)
     started = time.perf_counter() if started is None else float(started)
     seeds = params.get("initial")
     population = max(3, 0 if seeds is None else len(np.atleast_2d(seeds)))

@@ -104,6 +104,20 @@ def test_the_fresh_climb_is_local_search_from_the_heuristic_starts(problem):
 
 
 @pytest.mark.parametrize("method", ["seeded-brkga", "regal"])
+def test_any_fresh_share_spends_the_budget_and_bad_ones_are_refused(problem, method):
+    """A fresh share near 1 once left the climb from BRKGA's best 0 evaluations (local search
+    refused a budget of 0); a bad share is refused even when no polish runs."""
+    for budget in (16, 20, 37, 50, 100):
+        for share in (0.0, 0.5, 0.98, 0.99):
+            found = solve(method, problem, budget, 0, fresh_share=share)
+            assert found.evaluations == budget, (budget, share)
+    for bad in (5.0, -3, 1.0, True):
+        for budget, polish_share in ((8, 0.8), (100, 0.0), (100, 0.5)):
+            with pytest.raises(ValueError, match="fresh_share"):
+                solve(method, problem, budget, 0, polish_share=polish_share, fresh_share=bad)
+
+
+@pytest.mark.parametrize("method", ["seeded-brkga", "regal"])
 def test_the_default_schedule(problem, method):
     """BRKGA on 1 - POLISH_SHARE of the budget, then the two climbs on FRESH_SHARE splits of
     the rest; progress never reports a worse best than before, and ends at the answer."""
