@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from regal import harness, optimizers  # noqa: E402
 from regal.io import load_graph  # noqa: E402
+from regal.regal_method import same_policy_dir  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 
 METHODS = ("regal", "local-search")  # compared with plain BRKGA's curve
@@ -49,16 +50,6 @@ def brkga_curve(path: Path, devices: int, seed: int, budget: int) -> list[tuple[
     return curve
 
 
-def _same_policy(options: dict, policy) -> bool:
-    """Whether a `regal` record's options name `policy` (None: any policy)."""
-    from regal.regal_method import resolve_policy_dir
-
-    if policy is None:
-        return True
-    return resolve_policy_dir(options.get("policy_dir")).resolve() == \
-        resolve_policy_dir(policy).resolve()
-
-
 def targets(records_file: Path, policy=None) -> dict:
     """(fingerprint, graph, dataset, devices, seed) -> {method: value} of the 5K runs; of the
     `regal` runs only those of `policy` (a folder; None: any) and not an ablation variant (a
@@ -72,7 +63,8 @@ def targets(records_file: Path, policy=None) -> dict:
             continue
         if r["method"] == "regal":
             options = json.loads(r["options"])
-            if options.get("learn") is not None or not _same_policy(options, policy):
+            if options.get("learn") is not None or not (
+                    policy is None or same_policy_dir(options.get("policy_dir"), policy)):
                 continue  # an ablation variant, or another policy's run
         key = (r["fingerprint"], r["graph"], r["dataset"], r["devices"], r["seed"])
         found.setdefault(key, {})[r["method"]] = float(r["value"])

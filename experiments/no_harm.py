@@ -27,16 +27,10 @@ sys.path.insert(0, str(REPO))
 
 from regal import harness, optimizers  # noqa: E402
 from regal.io import load_graph  # noqa: E402
+from regal.regal_method import same_policy_dir  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 
 HARM = -1.0   # the rule: no graph more than 1% worse than BRKGA-5K
-
-
-def _same_policy(options: dict, policy) -> bool:
-    from regal.regal_method import resolve_policy_dir
-
-    return resolve_policy_dir(options.get("policy_dir")).resolve() == \
-        resolve_policy_dir(policy).resolve()
 
 
 def suspects(records_file: Path, method: str, policy, below: float, budget: int) -> dict:
@@ -50,7 +44,8 @@ def suspects(records_file: Path, method: str, policy, below: float, budget: int)
             continue
         options = json.loads(r["options"])
         if r["method"] == "regal" and (options.get("learn") is not None
-                                       or not _same_policy(options, policy)):
+                                       or not same_policy_dir(options.get("policy_dir"),
+                                                              policy)):
             continue
         key = (r["fingerprint"], r["graph"], r["dataset"], r["devices"])
         entry = runs.setdefault(key, {"options": {}, "values": {}})

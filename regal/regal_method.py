@@ -33,7 +33,8 @@ from regal.optimizers import Problem, Solution, score
 
 __all__ = ["DEFAULT_POLICY_DIR", "REPO_ROOT", "UNIFORM_MUTANT_FRACTION", "POLISH_SHARE",
            "FRESH_SHARE",
-           "default_policy_dir", "polish", "split_budget", "phase_stops", "two_phase",
+           "default_policy_dir", "polish", "check_share", "split_budget", "phase_stops",
+           "two_phase", "same_policy_dir",
            "resolve_policy_dir", "portable_policy_dir", "policy_content_hash", "load_policy",
            "solve_regal", "ablated_action", "search_params", "search"]
 
@@ -65,6 +66,12 @@ def resolve_policy_dir(policy_dir=None) -> Path:
     if not path.is_absolute() and (REPO_ROOT / path).exists():
         return REPO_ROOT / path
     return path
+
+
+def same_policy_dir(first, second) -> bool:
+    """Whether two policy folders, as records store them (`portable_policy_dir`) or as given,
+    are the same folder."""
+    return resolve_policy_dir(first).resolve() == resolve_policy_dir(second).resolve()
 
 
 def portable_policy_dir(policy_dir) -> str:
@@ -144,12 +151,19 @@ def search_params(action, seed_population: bool = True,
     return params
 
 
+def check_share(value, name: str, of: str) -> float:
+    """`value` as a share in [0, 1) (a real number, not a bool); ValueError naming `name`."""
+    number = isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+    if not (number and 0.0 <= value < 1.0):
+        raise ValueError(f"{name}: expected a share of {of} in [0, 1), got {value!r}")
+    return float(value)
+
+
 def split_budget(budget: int, share: float = POLISH_SHARE, keep: int = 0) -> tuple[int, int]:
     """(BRKGA's evaluations, local search's) out of `budget`: `share` of it to the polish, but
     never so much that BRKGA has fewer than `keep`, and none when that is under 8 (too few for
     local search to do more than score its starts)."""
-    if not 0.0 <= share < 1.0:
-        raise ValueError(f"polish: expected a share of the budget in [0, 1), got {share}")
+    share = check_share(share, "polish_share", "the budget")
     polish_budget = min(int(round(int(budget) * float(share))), int(budget) - int(keep))
     if polish_budget < 8:
         return int(budget), 0
@@ -196,14 +210,6 @@ def _first_of(*solutions: Solution | None) -> Solution:
     return best
 
 
-def _check_fresh_share(fresh_share) -> None:
-    number = isinstance(fresh_share, (int, float, np.number)) and \
-        not isinstance(fresh_share, bool)
-    if not (number and 0.0 <= fresh_share < 1.0):
-        raise ValueError(f"fresh_share: expected a share of the polish in [0, 1), got "
-                         f"{fresh_share!r}")
-
-
 def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
            fresh_share: float = 0.0, time_left: float | None = None,
            progress: Callable[[int, float], None] | None = None,
@@ -217,7 +223,7 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
     polish's."""
     from regal.optimizers import get_method
 
-    _check_fresh_share(fresh_share)
+    check_share(fresh_share, "fresh_share", "the polish")
     local_search = get_method("local-search")
     start = time.perf_counter()
     spent, budget = int(found.evaluations), int(budget)
@@ -236,11 +242,9 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
             progress(spent + offset + used, best_so_far[0])
         return report
 
-    climb_stop = should_stop
-    if fresh_budget and time_left is not None:
-        switch = start + float(time_left) * (1.0 - fresh_share)
-        climb_stop = (lambda: (should_stop is not None and should_stop())
-                      or time.perf_counter() >= switch)
+    # under `time_left` the climb hands over at its share of the time, as BRKGA does
+    climb_stop = phase_stops(time_left, fresh_share if fresh_budget else 0.0, should_stop,
+                             start)[0]
     climbed = local_search(problem, budget - fresh_budget, seed, heuristics=(),
                            initial=[found], progress=reporting(0), should_stop=climb_stop)
     used = int(climbed.evaluations)
@@ -317,7 +321,7 @@ def two_phase(problem: Problem, budget: int, seed: int, params: dict, *,
 
     if time_limit is not None:
         time_limit = check_time_limit(time_limit)
-    _check_fresh_share(fresh_share)
+    check_share(fresh_share, "fresh_share", "the polish")
     started = time.perf_counter() if started is None else float(started)
     seeds = params.get("initial")
     population = max(3, 0 if seeds is None else len(np.atleast_2d(seeds)))

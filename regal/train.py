@@ -158,11 +158,8 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-        number = not isinstance(self.polish_share, bool) and \
-            isinstance(self.polish_share, (int, float, np.number))
-        if not (number and 0.0 <= self.polish_share < 1.0):
-            raise ValueError(f"polish_share: expected a share of the budget in [0, 1), got "
-                             f"{self.polish_share!r}")
+        from regal.regal_method import check_share
+        check_share(self.polish_share, "polish_share", "the budget")
         if not 0.0 <= float(self.uniform_mutant_fraction) <= 1.0:
             raise ValueError(f"uniform_mutant_fraction: expected a share in [0, 1], got "
                              f"{self.uniform_mutant_fraction!r}")
@@ -180,7 +177,8 @@ class TrainConfig:
         """A sampled action's rollout parameters (`RolloutTask.params`)."""
         from regal.regal_method import search_params
 
-        return dict(search_params(action, **self.search_kwargs()), polish_share=self.polish_share)
+        return dict(search_params(action, **self.search_kwargs()),
+                    polish_share=self.polish_share)
 
 
 # ---------------------------------------------------------------------------

@@ -27,6 +27,21 @@ def one_synthetic_graph(folder, min_ops: int, max_ops: int, seed: int) -> str:
     return str(path)
 
 
+def brkga_and_local_search_run(tmp_path, dataset: str, min_ops: int, max_ops: int, graph_seed: int,
+                               seeds: int, budget: int):
+    """One small synthetic graph in TMP/graphs and a harness run of brkga and local-search on
+    it at 2 devices (records in TMP/res): (graphs folder, graph path, results folder)."""
+    from regal import harness
+
+    folder = tmp_path / "graphs"
+    folder.mkdir()
+    path = one_synthetic_graph(folder, min_ops, max_ops, graph_seed)
+    out = tmp_path / "res"
+    harness.run_experiment(["brkga", "local-search"], {dataset: folder}, out, seeds=seeds,
+                           budgets=budget, devices=[2], workers=1, progress=False)
+    return folder, path, out
+
+
 def refused(argv, capsys, needle: str) -> str:
     """Runs `regal ARGV`: it must exit 2 with no traceback and exactly one error line, which
     names `needle`. Returns stderr."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import experiment, one_synthetic_graph
+from conftest import brkga_and_local_search_run, experiment
 from regal import harness
 
 
@@ -24,12 +24,8 @@ def test_end_to_end_matches_the_records_and_the_curve(tmp_path):
     """One graph, BRKGA / local search at 5K: the row takes BRKGA-5K from the records, and a
     method's 'needs' is where a fresh BRKGA curve of the same seed first matches its value."""
     script = experiment("brkga_equivalent")
-    folder = tmp_path / "graphs"
-    folder.mkdir()
-    path = one_synthetic_graph(folder, 30, 40, 11)
-    out = tmp_path / "res"
-    harness.run_experiment(["brkga", "local-search"], {"synth_test": folder}, out, seeds=1,
-                           budgets=5000, devices=[2], workers=1, progress=False)
+    folder, path, out = brkga_and_local_search_run(tmp_path, "synth_test", 30, 40, 11, seeds=1,
+                                                   budget=5000)
     records = {r["method"]: r for r in harness.load_records(out)}
     # local search stands in for both methods: the script needs a regal record to pick a key
     regal = dict(records["local-search"], method="regal",

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from conftest import experiment, one_synthetic_graph
-from regal import harness, optimizers
+from conftest import brkga_and_local_search_run, experiment
+from regal import optimizers
 from regal.io import load_graph
 from regal.sim import DeviceSpec
 
@@ -23,12 +23,8 @@ def test_improvement_and_standard_error_by_hand():
 
 def test_rechecks_the_graphs_below_the_line_with_more_seeds(tmp_path):
     script = experiment("no_harm")
-    folder = tmp_path / "graphs"
-    folder.mkdir()
-    path = one_synthetic_graph(folder, 20, 30, 3)
-    out = tmp_path / "res"
-    harness.run_experiment(["brkga", "local-search"], {"synth": folder}, out, seeds=2,
-                           budgets=300, devices=[2], workers=1, progress=False)
+    folder, path, out = brkga_and_local_search_run(tmp_path, "synth", 20, 30, 3, seeds=2,
+                                                   budget=300)
     records = out / "records.jsonl"
     # local search beats BRKGA on this graph: nothing is below 0%, everything below +100%
     assert script.suspects(records, "local-search", None, 0.0, 300) == {}
