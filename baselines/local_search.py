@@ -29,7 +29,11 @@ tensors live on it at one instant, a few percent of the ops. So:
    best neighbour if it is strictly better (batched first improvement). "Better" is
    lexicographic: the objective, then the sum of device peaks (peak memory) or the largest
    peak (makespan), so moves that lower a non-critical device are kept on plateaus. The batch
-   shrinks while improvements are common and grows when they are rare.
+   shrinks while improvements are common and grows when they are rare. A neighbour whose
+   schedule was scored before (`regal.decode.schedule_digests`: same placement, same order
+   on every device and channel) is looked up, not evaluated again: a fifth to a third of
+   all neighbours are such repeats (swapping the priorities of ops on different devices
+   changes nothing), and their evaluations go to new ones.
 5. After `patience` evaluations without improvement, restart from the best with a random
    kick (some ops moved, some priorities swapped).
 
@@ -42,12 +46,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from regal.decode import decode, encode, split
+from regal.decode import decode, encode, schedule_digests, split
 from regal.optimizers import Problem, Solution, score
 
 __all__ = ["solve", "initial_solutions", "peak_facts", "HEURISTICS"]
 
 HEURISTICS = ("gp-dfs", "m-topo", "m-etf")
+# rounds in a row whose every neighbour was a schedule already scored: the search has
+# seen all it can reach from here (tiny graphs), so it stops short of its budget
+_MAX_IDLE_ROUNDS = 200
 
 
 def _ranks(order: np.ndarray) -> np.ndarray:
@@ -478,9 +485,26 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
     rng = np.random.default_rng(seed)
     search = _Search(problem, rng)
 
+    scored: dict[bytes, np.ndarray] = {}     # schedule digest -> (objective, secondary)
+    repeats = 0
+
     def score_batch(keys: np.ndarray):
-        values, peaks, _ = evaluate(graph, devices, keys, objective, return_details=True)
-        return np.column_stack([values, _secondary(objective, peaks)])
+        """Scores of a batch and how many evaluations it cost: a schedule already scored
+        (here or earlier in the batch) is looked up, not simulated again."""
+        nonlocal repeats
+        digests = schedule_digests(graph, *decode(keys, graph, devices))
+        first: dict[bytes, int] = {}
+        for i, h in enumerate(digests):
+            if h not in scored:
+                first.setdefault(h, i)
+        new = list(first.values())
+        if new:
+            values, peaks, _ = evaluate(graph, devices, keys[new], objective,
+                                        return_details=True)
+            for i, row in zip(new, np.column_stack([values, _secondary(objective, peaks)])):
+                scored[digests[i]] = row
+        repeats += len(keys) - len(new)
+        return np.stack([scored[h] for h in digests]), len(new)
 
     # 1. starts: model-free constructions, then the registry's heuristics
     starts = initial_solutions(problem)
@@ -489,15 +513,16 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
         given = _given_starts(problem, initial)
         starts, names = np.vstack([given, starts]), ["initial"] * len(given) + names
     starts, names = starts[:budget], names[:budget]
-    scores = score_batch(starts)
-    used = len(starts)
+    scores, used = score_batch(starts)
     for keys, found, cost, name in _heuristic_starts(problem, heuristics, budget - used, seed,
                                                      etf_max_ops, should_stop):
         used += cost
         if np.array_equal(decode(keys, graph, devices)[0], found.placement):
-            row = [found.value, _secondary(objective, found.peak[None, :])[0]]
+            row = np.array([found.value, _secondary(objective, found.peak[None, :])[0]])
+            scored.setdefault(schedule_digests(graph, *decode(keys, graph, devices))[0], row)
         elif used < budget:                      # projected onto the groups: score it anew
-            row, used = score_batch(keys[None, :])[0], used + 1
+            rows, cost = score_batch(keys[None, :])
+            row, used = rows[0], used + cost
         else:
             continue
         starts = np.vstack([starts, keys[None, :]])
@@ -519,12 +544,14 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
 
     refresh(current)
     batch = min(16, batch_size)
-    stale, restarts, steps, accepted = 0, 0, 0, 0
-    while used < budget and (should_stop is None or not should_stop()):
+    stale, restarts, steps, accepted, idle = 0, 0, 0, 0, 0
+    while used < budget and idle < _MAX_IDLE_ROUNDS \
+            and (should_stop is None or not should_stop()):
         if stale >= patience:
             current = search.kick(best)
-            current_key = tuple(score_batch(current[None, :])[0])
-            used += 1
+            rows, cost = score_batch(current[None, :])
+            current_key, used = tuple(rows[0]), used + cost
+            idle = 0 if cost else idle + 1
             stale, restarts = 0, restarts + 1
             if current_key < best_key:
                 best, best_key = current.copy(), current_key
@@ -532,8 +559,9 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
             continue
         count = min(batch, budget - used)
         candidates = search.neighbours(current, count, directed)
-        keys = score_batch(candidates)
-        used += count
+        keys, cost = score_batch(candidates)
+        used += cost
+        idle = 0 if cost else idle + 1
         steps += 1
         j = int(np.lexsort(keys.T[::-1])[0])
         better = int(sum(tuple(row) < current_key for row in keys))
@@ -556,4 +584,5 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
     return Solution(**score(problem, placement, priority, transfer), evaluations=used,
                     method="local-search", seed=seed,
                     extra={"initial_value": float(initial_value), "start": start_name,
-                           "restarts": restarts, "steps": steps, "accepted": accepted})
+                           "restarts": restarts, "steps": steps, "accepted": accepted,
+                           "repeats": repeats})

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["num_genes", "num_devices", "split", "decode", "encode", "rank_normalize",
-           "respect_colocation", "colocation_violation"]
+           "respect_colocation", "colocation_violation", "schedule_digests"]
 
 
 def num_genes(num_nodes: int, num_devices: int) -> int:
@@ -67,6 +67,40 @@ def decode(keys, graph, devices):
     else:
         placement = np.argmax(affinity, axis=-1).astype(np.int32)  # first maximum = lower device
     return placement, priority.copy(), transfer.copy()
+
+
+def schedule_digests(graph, placement, priority, transfer) -> list[bytes]:
+    """One 16-byte digest per decoded solution [B, n]: equal digests, equal simulation.
+
+    Why: a search that proposes the same schedule twice should not pay twice. The
+    simulator compares priorities only among the ops of one device (SIM_RULES 3, ties by
+    lower id) and transfer priorities only among the transfers of one channel (rule 5, ties
+    by lower tensor id, and tensor ids follow their producers' ids). So a solution is
+    determined by its placement, each device's ops in (priority, id) order, and each
+    device's sending ops (a consumer elsewhere) in (transfer priority, id) order; the
+    transfer keys of ops that send nothing never matter. Chromosomes that differ only in
+    what these leave out simulate identically, whatever the objective or memory limits.
+    """
+    import hashlib
+
+    placement = np.atleast_2d(np.asarray(placement))
+    priority = np.atleast_2d(np.asarray(priority, np.float64))
+    transfer = np.atleast_2d(np.asarray(transfer, np.float64))
+    rows, n = placement.shape
+    ids = np.broadcast_to(np.arange(n), (rows, n))
+    edge_tensor = np.repeat(np.arange(graph.num_tensors), np.diff(graph.consumer_ptr))
+    edge_producer = graph.tensor_producer[edge_tensor]
+    remote = placement[:, graph.consumer] != placement[:, edge_producer]
+    sends = np.zeros((rows, n), bool)
+    row, edge = np.nonzero(remote)
+    sends[row, edge_producer[edge]] = True
+    run_order = np.lexsort((ids, -priority, placement), axis=-1).astype(np.int32)
+    send_order = np.lexsort((ids, -np.where(sends, transfer, 0.0), placement, ~sends),
+                            axis=-1).astype(np.int32)
+    placement = placement.astype(np.int8 if placement.max(initial=0) < 127 else np.int32)
+    return [hashlib.blake2b(placement[i].tobytes() + run_order[i].tobytes()
+                            + send_order[i].tobytes(), digest_size=16).digest()
+            for i in range(rows)]
 
 
 def _check_pins(graph, d: int) -> None:

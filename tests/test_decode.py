@@ -121,3 +121,98 @@ def test_encode_bad_input():
         encode([0, 1], [0.1], [0.1, 0.2], 2)
     with pytest.raises(ValueError, match="transfer_priority"):
         encode([0, 1], [0.1, 0.2], [0.1, np.nan], 2)
+
+
+# --- schedule digests: equal digest, equal simulation (SIM_RULES 3, 5)
+
+
+def _same_orders_new_values(rng, placement, values, members):
+    """Fresh distinct values that keep every device's (value desc, id) order of `members`;
+    values of ops outside `members` are drawn anew."""
+    out = rng.random(len(values))
+    for device in np.unique(placement):
+        ops = np.flatnonzero((placement == device) & members)
+        ops = ops[np.lexsort((ops, -values[ops]))]
+        out[ops] = np.sort(rng.uniform(2.0, 3.0, len(ops)))[::-1]
+    return out
+
+
+def _senders(graph, placement):
+    sends = np.zeros(graph.num_nodes, bool)
+    for t in range(graph.num_tensors):
+        producer = graph.tensor_producer[t]
+        readers = graph.consumer[graph.consumer_ptr[t]:graph.consumer_ptr[t + 1]]
+        sends[producer] |= bool((placement[readers] != placement[producer]).any())
+    return sends
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_solutions_with_one_digest_simulate_alike(seed):
+    """New priority values that keep each device's order, new transfer values that keep each
+    device's senders' order (non-senders' values anything): same digest, same simulation."""
+    from graphgen import random_case
+    from regal.decode import schedule_digests
+    from regal.sim import DeviceSpec, simulate
+
+    rng = np.random.default_rng(seed)
+    case = random_case(rng)
+    graph, placement = case["graph"], case["placement"].astype(np.int32)
+    devices = DeviceSpec(case["count"], bandwidth=case["bandwidth"], latency=case["latency"])
+    priority, transfer = case["priority"], case["transfer_priority"]
+    everyone = np.ones(graph.num_nodes, bool)
+    priority2 = _same_orders_new_values(rng, placement, priority, everyone)
+    transfer2 = _same_orders_new_values(rng, placement, transfer, _senders(graph, placement))
+    first, second = schedule_digests(graph, np.stack([placement, placement]),
+                                     np.stack([priority, priority2]),
+                                     np.stack([transfer, transfer2]))
+    assert first == second
+    a = simulate(graph, devices, placement, priority, transfer)
+    b = simulate(graph, devices, placement, priority2, transfer2)
+    assert np.array_equal(a.peak, b.peak) and a.makespan == b.makespan
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_digest_changes_with_what_the_simulator_reads(seed):
+    """Swapping two ops of one device in priority, two senders of one device in transfer
+    priority, or moving one op each give another digest."""
+    from graphgen import random_graph
+    from regal.decode import schedule_digests
+
+    rng = np.random.default_rng(seed)
+    graph = random_graph(rng, int(rng.integers(4, 30)))
+    n, d = graph.num_nodes, 3
+    placement = rng.integers(0, d, n).astype(np.int32)
+    priority, transfer = rng.random(n), rng.random(n)
+    rows = [(placement, priority, transfer)]
+    same_device = np.flatnonzero(placement == np.bincount(placement).argmax())
+    if len(same_device) >= 2:
+        a, b = rng.choice(same_device, 2, replace=False)
+        swapped = priority.copy()
+        swapped[[a, b]] = swapped[[b, a]]
+        rows.append((placement, swapped, transfer))
+    sends = _senders(graph, placement)
+    for device in range(d):
+        ops = np.flatnonzero(sends & (placement == device))
+        if len(ops) >= 2:
+            a, b = rng.choice(ops, 2, replace=False)
+            swapped = transfer.copy()
+            swapped[[a, b]] = swapped[[b, a]]
+            rows.append((placement, priority, swapped))
+            break
+    moved = placement.copy()
+    moved[int(rng.integers(n))] += 1
+    rows.append((moved % d, priority, transfer))
+    digests = schedule_digests(graph, *map(np.stack, zip(*rows)))
+    assert len(set(digests)) == len(rows)
+
+
+def test_digests_of_a_batch_equal_digests_one_by_one():
+    from graphgen import random_graph
+    from regal.decode import schedule_digests
+
+    rng = np.random.default_rng(3)
+    graph = random_graph(rng, 25)
+    keys = rng.random((6, num_genes(25, 4)))
+    batch = schedule_digests(graph, *decode(keys, graph, 4))
+    assert batch == [schedule_digests(graph, *decode(row, graph, 4))[0] for row in keys]
+    assert all(len(h) == 16 for h in batch)

@@ -214,3 +214,58 @@ def test_a_warm_start_is_never_lost(seed):
     # a chromosome works as well as a Solution
     again = solve("local-search", problem, 50, seed, initial=warm.keys(), heuristics=())
     assert again.value == found.value
+
+
+# ---------------------------------------------------------------------------
+# schedules already scored are looked up, not evaluated again
+
+
+def test_no_schedule_is_evaluated_twice(monkeypatch):
+    import regal.sim
+    from regal.decode import decode, schedule_digests
+
+    problem = PROBLEMS[0]
+    seen = []
+    real_evaluate = regal.sim.evaluate
+
+    def recording_evaluate(graph, devices, keys, *args, **kwargs):
+        seen.extend(schedule_digests(graph, *decode(np.atleast_2d(keys), graph, devices)))
+        return real_evaluate(graph, devices, keys, *args, **kwargs)
+
+    monkeypatch.setattr(regal.sim, "evaluate", recording_evaluate)
+    found = local_search.solve(problem, 2000, 0, heuristics=())
+    assert found.evaluations == len(seen) == 2000
+    assert len(set(seen)) == len(seen)
+    assert found.extra["repeats"] > 0            # repeats were proposed, and cost nothing
+
+
+def test_a_tiny_search_space_is_exhausted_not_paid_for_again():
+    """Three ops on two devices have few distinct schedules (counted by brute force over
+    every placement and order): the search stops once it has seen what it can reach,
+    having spent at most that many evaluations (plus the heuristic starts', which score
+    themselves), with the brute-force optimum."""
+    from regal.decode import schedule_digests
+    from regal.sim import simulate
+
+    b = GraphBuilder()
+    for name, cost, size in (("a", 1.0, 40), ("b", 2.0, 24), ("c", 1.0, 16)):
+        v = b.add_op(name, cost, temporary_memory=8)
+        b.add_output(v, size)
+    b.add_input(2, 0)
+    b.add_input(2, 1)
+    graph = b.build()
+    problem = Problem(graph, DeviceSpec(2))
+    digests, best = set(), np.inf
+    for placement in itertools.product(range(2), repeat=3):
+        for order in itertools.permutations(range(3)):
+            for sends in itertools.permutations(range(3)):
+                placement_, priority, transfer = (np.array(placement, np.int32),
+                                                  np.argsort(order) * -1.0,
+                                                  np.argsort(sends) * -1.0)
+                digests.update(schedule_digests(graph, placement_, priority, transfer))
+                best = min(best, float(simulate(graph, problem.devices, placement_,
+                                                priority, transfer).peak.max()))
+    found = local_search.solve(problem, 5000, 0)
+    assert found.evaluations <= len(digests) + len(local_search.HEURISTICS)
+    assert len(digests) < 5000 and found.extra["repeats"] > 1000
+    assert found.value == best
