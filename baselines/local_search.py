@@ -33,7 +33,8 @@ tensors live on it at one instant, a few percent of the ops. So:
    schedule was scored before (`regal.decode.schedule_digests`: same placement, same order
    on every device and channel) is looked up, not evaluated again: a fifth to a third of
    all neighbours are such repeats (swapping the priorities of ops on different devices
-   changes nothing), and their evaluations go to new ones.
+   changes nothing), and their evaluations go to new ones (at most
+   `REPEATS_PER_EVALUATION` free repeats per evaluation of the budget).
 5. After `patience` evaluations without improvement, restart from the best with a random
    kick (some ops moved, some priorities swapped).
 
@@ -52,9 +53,10 @@ from regal.optimizers import Problem, Solution, score
 __all__ = ["solve", "initial_solutions", "peak_facts", "HEURISTICS"]
 
 HEURISTICS = ("gp-dfs", "m-topo", "m-etf")
-# rounds in a row whose every neighbour was a schedule already scored: the search has
-# seen all it can reach from here (tiny graphs), so it stops short of its budget
-_MAX_IDLE_ROUNDS = 200
+# neighbours that repeat a scored schedule cost no evaluation but still take time: at most
+# this many per evaluation of the budget, so a search whose reachable schedules run out
+# (tiny graphs) stops short of its budget instead of proposing repeats for ever
+REPEATS_PER_EVALUATION = 2
 
 
 def _ranks(order: np.ndarray) -> np.ndarray:
@@ -544,14 +546,13 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
 
     refresh(current)
     batch = min(16, batch_size)
-    stale, restarts, steps, accepted, idle = 0, 0, 0, 0, 0
-    while used < budget and idle < _MAX_IDLE_ROUNDS \
+    stale, restarts, steps, accepted = 0, 0, 0, 0
+    while used < budget and repeats < REPEATS_PER_EVALUATION * budget \
             and (should_stop is None or not should_stop()):
         if stale >= patience:
             current = search.kick(best)
             rows, cost = score_batch(current[None, :])
             current_key, used = tuple(rows[0]), used + cost
-            idle = 0 if cost else idle + 1
             stale, restarts = 0, restarts + 1
             if current_key < best_key:
                 best, best_key = current.copy(), current_key
@@ -561,7 +562,6 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
         candidates = search.neighbours(current, count, directed)
         keys, cost = score_batch(candidates)
         used += cost
-        idle = 0 if cost else idle + 1
         steps += 1
         j = int(np.lexsort(keys.T[::-1])[0])
         better = int(sum(tuple(row) < current_key for row in keys))

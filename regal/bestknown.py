@@ -355,7 +355,8 @@ def improve(problem, seconds: float, seed: int = 0, incumbent=None, *,
             left = deadline - _clock()
             budget = int(max(100, min(rate * left * 0.4, rate * 30.0)))
             solution = optimizers.solve("local-search", problem, budget, seed * 1000 + round_,
-                                        initial=best.solution, heuristics=())
+                                        initial=best.solution, heuristics=(),
+                                        should_stop=lambda: _clock() >= deadline)
             used += int(solution.evaluations)
             if best.offer(solution, "local-search", now()):
                 log.append(f"local-search round {round_}: {solution.value:.6g}")
