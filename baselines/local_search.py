@@ -33,10 +33,12 @@ tensors live on it at one instant, a few percent of the ops. So:
    schedule was scored before (`regal.decode.schedule_digests`: same placement, same order
    on every device and channel) is looked up, not evaluated again: a fifth to a third of
    all neighbours are such repeats (swapping the priorities of ops on different devices
-   changes nothing), and their evaluations go to new ones (at most
-   `REPEATS_PER_EVALUATION` free repeats per evaluation of the budget).
-5. After `patience` evaluations without improvement, restart from the best with a random
-   kick (some ops moved, some priorities swapped).
+   changes nothing), and their evaluations go to new ones. The random draws do not depend on
+   the lookups, so with distinct starts the search takes the same steps as one that paid for
+   repeats, and goes further on the same budget. It stops once the free repeats reach
+   `REPEATS_PER_EVALUATION` per evaluation of the budget (a tiny graph runs out of schedules).
+5. After `patience` neighbours (evaluated or looked up) without improvement, restart from the
+   best with a random kick (some ops moved, some priorities swapped).
 
 Colocation groups move as a whole and pinned groups never move; a heuristic start that
 breaks a group is projected with `regal.decode.respect_colocation`. No more than `budget`
@@ -53,9 +55,9 @@ from regal.optimizers import Problem, Solution, score
 __all__ = ["solve", "initial_solutions", "peak_facts", "HEURISTICS"]
 
 HEURISTICS = ("gp-dfs", "m-topo", "m-etf")
-# neighbours that repeat a scored schedule cost no evaluation but still take time: at most
-# this many per evaluation of the budget, so a search whose reachable schedules run out
-# (tiny graphs) stops short of its budget instead of proposing repeats for ever
+# neighbours that repeat a scored schedule cost no evaluation but still take time: once this
+# many per evaluation of the budget were free, the search stops (checked between batches), so
+# one whose reachable schedules run out (tiny graphs) ends short of its budget
 REPEATS_PER_EVALUATION = 2
 
 
@@ -465,7 +467,8 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
           patience: int | None = None, heuristics=HEURISTICS, etf_max_ops: int = 1000,
           directed: float = 0.85, initial=None, progress=None, should_stop=None) -> Solution:
     """Peak-directed hill climbing with restarts; at most `budget` evaluations, fewer when
-    `should_stop()` (asked before each heuristic start and each step) says to stop.
+    `should_stop()` (asked before each heuristic start and each step) says to stop or when
+    `REPEATS_PER_EVALUATION * budget` neighbours repeated schedules already scored.
 
     `batch_size` is the largest batch (the search adapts between 8 and it), `heuristics`
     the registry methods tried as starts, `directed` the share of peak-directed neighbours,

@@ -97,7 +97,7 @@ def schedule_digests(graph, placement, priority, transfer) -> list[bytes]:
     run_order = np.lexsort((ids, -priority, placement), axis=-1).astype(np.int32)
     send_order = np.lexsort((ids, -np.where(sends, transfer, 0.0), placement, ~sends),
                             axis=-1).astype(np.int32)
-    placement = placement.astype(np.int8 if placement.max(initial=0) < 127 else np.int32)
+    placement = placement.astype(np.int32)
     return [hashlib.blake2b(placement[i].tobytes() + run_order[i].tobytes()
                             + send_order[i].tobytes(), digest_size=16).digest()
             for i in range(rows)]

@@ -51,6 +51,8 @@ def test_schedules_spend_the_budget_and_keep_their_parts(tmp_path, capsys):
                                   ("two-climbs-10", "regal", {"polish_share": 0.9}),
                                   ("local-search", "local-search", {})):
         assert rows[name]["value"] == optimizers.solve(method, problem, 300, 3, **options).value
+    halves = [optimizers.solve("local-search", problem, 150, seed).value for seed in (3, 4)]
+    assert rows["two-fresh"]["value"] == min(halves) and rows["two-fresh"]["evaluations"] == 300
     # ls-first never ends worse than its lead local search (120 of 300 evaluations)
     lead = optimizers.solve("local-search", problem, int(300 * script.LEAD), 3).value
     assert rows["ls-first"]["value"] <= lead and rows["seeded-ls-first"]["value"] <= lead

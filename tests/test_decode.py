@@ -216,3 +216,25 @@ def test_digests_of_a_batch_equal_digests_one_by_one():
     batch = schedule_digests(graph, *decode(keys, graph, 4))
     assert batch == [schedule_digests(graph, *decode(row, graph, 4))[0] for row in keys]
     assert all(len(h) == 16 for h in batch)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_chromosomes_grouped_by_digest_score_alike(seed):
+    """Keys from a few values (many ties, many repeats): every chromosome of a digest group
+    gets the same objective, peaks and makespan from the simulator."""
+    from graphgen import random_graph
+    from regal.decode import schedule_digests
+    from regal.sim import DeviceSpec, evaluate
+
+    rng = np.random.default_rng(seed)
+    graph = random_graph(rng, int(rng.integers(1, 7)))
+    d = int(rng.integers(1, 4))
+    keys = rng.choice([0.1, 0.5, 0.9], size=(400, num_genes(graph.num_nodes, d)))
+    values, peaks, makespans = evaluate(graph, DeviceSpec(d, bandwidth=3.0, latency=1.0), keys,
+                                        "peak_memory", return_details=True)
+    groups = {}
+    for row, digest in enumerate(schedule_digests(graph, *decode(keys, graph, d))):
+        groups.setdefault(digest, []).append(row)
+    assert len(groups) < len(keys)                  # the draw does repeat schedules
+    for rows in groups.values():
+        assert len({(values[r], tuple(peaks[r]), makespans[r]) for r in rows}) == 1
