@@ -16,6 +16,9 @@ gap; its table chose the shipped one (data/policy/README.md quotes it):
                      best answer (regal_method.POLISH_SHARE 0.8, FRESH_SHARE 0.5)
     two-climbs-10    two-climbs with BRKGA on 10% (two climbs of 45% each)
     local-search     the baseline: local search from the heuristic starts on all of it
+    two-fresh        no BRKGA: two local searches from the heuristic starts, half the budget
+                     each (seeds s and s + 1), the better answer (is BRKGA's basin worth more
+                     than a second start?)
 
 Every percentage is the improvement over plain BRKGA with the same budget and seeds, per graph
 from the means over the seeds (as in the transfer tables), then summarised over the graphs of
@@ -45,7 +48,7 @@ from regal.io import load_graph  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 
 SCHEDULES = ("brkga-polish", "ls-first", "seeded-ls-first", "two-climbs", "two-climbs-10",
-             "local-search")
+             "local-search", "two-fresh")
 LEAD, MIDDLE = 0.4, 0.2     # ls-first: local search's lead, then BRKGA's share
 
 
@@ -102,6 +105,12 @@ def run_schedule(name: str, problem, budget: int, seed: int) -> tuple[float, int
         found = optimizers.solve("local-search", problem, budget, seed)
     elif name in ("ls-first", "seeded-ls-first"):
         return _ls_first(problem, budget, seed, policy=name == "ls-first")
+    elif name == "two-fresh":
+        first = optimizers.solve("local-search", problem, budget // 2, seed)
+        second = optimizers.solve("local-search", problem, budget - int(first.evaluations),
+                                  seed + 1)
+        return (min(float(first.value), float(second.value)),
+                int(first.evaluations) + int(second.evaluations))
     else:
         raise ValueError(f"schedule: unknown {name!r}; expected one of {', '.join(SCHEDULES)}")
     return float(found.value), int(found.evaluations)
