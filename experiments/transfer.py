@@ -17,7 +17,9 @@ Writes to experiments/results/transfer_quick/ (or transfer/):
               device under a per-graph memory limit, MAKESPAN_FACTOR x the graph's best-known
               peak memory (a limit the best-known placement meets, that a careless one breaks);
               best-known = data/bestknown/synth_test_makespan.jsonl (built by `--makespan-store S`);
-- records.jsonl (harness records; a rerun resumes) and summary.json.
+- records.jsonl (harness records; a rerun resumes, reusing every stored run whose method,
+              options, graph, seed and budget match, whatever the code: after changing a
+              method, `--rerun METHOD[,...]` or `--rerun all` remakes its runs) and summary.json.
 """
 
 from __future__ import annotations
@@ -303,6 +305,11 @@ def main(argv=None) -> int:
     parser.add_argument("--ablation-from", metavar="DIR", default=None,
                         help="a results folder whose ablation_policies/ were trained for "
                         "--ablation-steps: its weights are used instead of training")
+    parser.add_argument("--rerun", metavar="METHODS", default=None,
+                        help="comma-separated methods (or 'all') whose stored records in the "
+                        "results folder are removed first, so they run again: records are "
+                        "keyed by method and options, not by code, so do this after a "
+                        "method's code changed")
     parser.add_argument("--makespan", choices=("run", "skip"), default="run",
                         help="the running-time table (makespan.md; default run)")
     parser.add_argument("--makespan-store", type=float, metavar="SECONDS", default=0.0,
@@ -316,6 +323,16 @@ def main(argv=None) -> int:
             cfg[key] = getattr(args, key)
     out = Path(args.out or REPO / "experiments" / "results" /
                ("transfer_quick" if args.quick else "transfer"))
+    if args.rerun:
+        asked = {m.strip() for m in args.rerun.split(",") if m.strip()}
+        available = set(optimizers.available_methods())
+        unknown = asked - available - {"all"}
+        if unknown:
+            parser.error(f"--rerun: unknown method(s) {sorted(unknown)}; "
+                         f"available: {', '.join(sorted(available))}, all")
+        dropped = harness.forget_records(out, available if "all" in asked else asked)
+        print(f"--rerun: removed {dropped} stored record(s) of {', '.join(sorted(asked))} "
+              f"from {out / harness.RECORDS_FILE}", flush=True)
     graphs_dir = REPO / "runs" / "transfer_graphs"  # regenerable, git-ignored
     start = time.perf_counter()
     # records name the policy by its path relative to the repo (a clone elsewhere resumes

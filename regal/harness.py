@@ -24,7 +24,7 @@ from regal.workers import exit_with_parent, set_numba_threads
 __all__ = ["GRAPH_SUFFIXES", "RECORDS_FILE", "KEY_FIELDS", "Task", "GraphEntry", "RunSummary",
            "find_graphs", "check_grid", "make_tasks", "record_key", "run_task", "read_records",
            "load_records", "run_experiment", "software_version", "MAX_DEVICES", "MAX_BYTES",
-           "check_record", "skipped_lines", "WorkerDied"]
+           "check_record", "skipped_lines", "WorkerDied", "forget_records"]
 
 GRAPH_SUFFIXES = (".npz", ".pbtxt", ".pb")
 RECORDS_FILE = "records.jsonl"
@@ -462,6 +462,33 @@ def read_records(path, skipped: dict | None = None, check: bool = False) -> list
             continue
         records.append(record)
     return records
+
+
+def forget_records(out, methods: Iterable[str]) -> int:
+    """Removes the records of `methods` from `<out>/records.jsonl`, so the next run makes them
+    again; returns how many were removed. Why: a record's key names the method and its
+    options, not the code, so after a method's code changed its stored runs would be reused.
+    Every other line is kept as it is; the file is replaced atomically."""
+    from regal.io import atomic_write_bytes
+
+    path = Path(out) / RECORDS_FILE
+    if not path.exists():
+        return 0
+    methods = set(methods)
+    kept, removed = [], 0
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                record = json.loads(line.decode("utf-8")) if line.endswith(b"\n") else None
+            except (UnicodeDecodeError, RecursionError, ValueError):
+                record = None
+            if isinstance(record, dict) and record.get("method") in methods:
+                removed += 1
+            else:
+                kept.append(line)
+    if removed:
+        atomic_write_bytes(path, b"".join(kept))
+    return removed
 
 
 def load_records(folder, skipped: dict | None = None) -> list[dict]:

@@ -93,6 +93,27 @@ def test_records_written_once_per_key_and_extended(graph_dir, tmp_path):
     assert r["fingerprint"] == load_graph(r["graph_path"]).fingerprint()
 
 
+def test_forgotten_records_run_again_and_the_rest_is_kept(graph_dir, tmp_path):
+    out = tmp_path / "out"
+    harness.run_experiment(["random", "brkga"], graph_dir, out, seeds=1, budgets=BUDGET,
+                           workers=1, progress=False)
+    path = out / harness.RECORDS_FILE
+    with open(path, "ab") as f:
+        f.write(b"not json\n{\"method\": \"random\", \"torn")   # garbled and torn: kept
+    before = path.read_bytes()
+    kept_brkga = [line for line in before.splitlines(keepends=True) if b'"brkga"' in line]
+    assert harness.forget_records(out, ["nope"]) == 0 and path.read_bytes() == before
+    assert harness.forget_records(out, ["random"]) == 4
+    after = path.read_bytes()
+    assert [r["method"] for r in harness.read_records(path)] == ["brkga"] * 4
+    assert b"not json\n" in after
+    assert after.endswith(b'"torn') and all(line in after for line in kept_brkga)
+    again = harness.run_experiment(["random", "brkga"], graph_dir, out, seeds=1,
+                                   budgets=BUDGET, workers=1, progress=False)
+    assert (again.ran, again.skipped) == (4, 4)
+    assert harness.forget_records(tmp_path / "elsewhere", ["random"]) == 0
+
+
 def test_recorded_value_is_the_simulators(graph_dir, tmp_path, registered):
     out = tmp_path / "out"
     harness.run_experiment(["test-lying"], graph_dir, out, seeds=1, budgets=BUDGET,

@@ -87,3 +87,13 @@ def test_current_records_point_at_the_graphs_here():
     kept = transfer.current_records(records, entries, lambda path, d: 1000 * d)
     assert [(r["graph"], r["method"], r["graph_path"]) for r in kept] == [
         ("g1", "brkga", "/here/g1.npz"), ("g2", "brkga", "/here/g2.npz")]
+
+
+def test_rerun_of_an_unknown_method_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "records.jsonl").write_text('{"method": "brkga"}\n')
+    with pytest.raises(SystemExit) as exc:
+        transfer.main(["--quick", "--out", str(out), "--rerun", "brkga,nope"])
+    assert exc.value.code == 2 and "'nope'" in capsys.readouterr().err
+    assert (out / "records.jsonl").read_text() == '{"method": "brkga"}\n'   # nothing removed
