@@ -522,9 +522,10 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
     for keys, found, cost, name in _heuristic_starts(problem, heuristics, budget - used, seed,
                                                      etf_max_ops, should_stop):
         used += cost
-        if np.array_equal(decode(keys, graph, devices)[0], found.placement):
+        decoded = decode(keys, graph, devices)
+        if np.array_equal(decoded[0], found.placement):
             row = np.array([found.value, _secondary(objective, found.peak[None, :])[0]])
-            scored.setdefault(schedule_digests(graph, *decode(keys, graph, devices))[0], row)
+            scored.setdefault(schedule_digests(graph, *decoded)[0], row)
         elif used < budget:                      # projected onto the groups: score it anew
             rows, cost = score_batch(keys[None, :])
             row, used = rows[0], used + cost

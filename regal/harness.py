@@ -475,20 +475,14 @@ def forget_records(out, methods: Iterable[str]) -> int:
     if not path.exists():
         return 0
     methods = set(methods)
-    kept, removed = [], 0
-    with open(path, "rb") as f:
-        for line in f:
-            try:
-                record = json.loads(line.decode("utf-8")) if line.endswith(b"\n") else None
-            except (UnicodeDecodeError, RecursionError, ValueError):
-                record = None
-            if isinstance(record, dict) and record.get("method") in methods:
-                removed += 1
-            else:
-                kept.append(line)
-    if removed:
-        atomic_write_bytes(path, b"".join(kept))
-    return removed
+    drop = {number for number, record, _ in _json_lines(path)
+            if isinstance(record, dict) and record.get("method") in methods}
+    if drop:
+        with open(path, "rb") as f:       # lines as _json_lines numbers them
+            lines = f.readlines()
+        atomic_write_bytes(path, b"".join(line for number, line in enumerate(lines, start=1)
+                                          if number not in drop))
+    return len(drop)
 
 
 def load_records(folder, skipped: dict | None = None) -> list[dict]:
