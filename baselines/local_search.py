@@ -52,7 +52,7 @@ import numpy as np
 from regal.decode import decode, encode, schedule_digests, split
 from regal.optimizers import Problem, Solution, score
 
-__all__ = ["solve", "initial_solutions", "peak_facts", "HEURISTICS"]
+__all__ = ["solve", "Climb", "initial_solutions", "peak_facts", "HEURISTICS"]
 
 HEURISTICS = ("gp-dfs", "m-topo", "m-etf")
 # neighbours that repeat a scored schedule cost no evaluation but still take time: once this
@@ -463,6 +463,157 @@ def _heuristic_starts(problem: Problem, names, budget: int, seed: int, etf_max_o
     return out
 
 
+class Climb:
+    """One local-search lineage that can be advanced a share at a time (`run`): its incumbent,
+    best, batch size, patience and the schedules it has scored persist between calls, so a
+    paused climb goes on where it stopped (its draws differ from one uninterrupted `run`
+    only from the batch the pause cut short). Racing several climbs
+    (`regal.regal_method.polish`) needs that: a climb that is paused and resumed must not
+    pay for its starts or its repeats again.
+
+    The constructor scores the starts (model-free constructions, `initial`, then the
+    registry's `heuristics`), at most `budget` evaluations; `solve` documents the options.
+    """
+
+    def __init__(self, problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
+                 patience: int | None = None, heuristics=HEURISTICS, etf_max_ops: int = 1000,
+                 directed: float = 0.85, initial=None, should_stop=None) -> None:
+        if int(budget) != budget or budget < 1:
+            raise ValueError(f"budget must be a positive integer, got {budget}")
+        if int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+        if not 0.0 <= directed <= 1.0:
+            raise ValueError(f"directed must be in [0, 1], got {directed}")
+        graph, devices = problem.graph, problem.devices
+        n, d = graph.num_nodes, devices.count
+        self.problem, self.seed, self.batch_size, self.directed = problem, seed, batch_size, directed
+        self.patience = max(4 * batch_size, n) if patience is None else int(patience)
+        if self.patience < 1:
+            raise ValueError(f"patience must be positive, got {self.patience}")
+        self.search = _Search(problem, np.random.default_rng(seed))
+        self.scored: dict[bytes, np.ndarray] = {}    # schedule digest -> (objective, secondary)
+        self.repeats = self.used = 0
+        objective = problem.objective
+
+        # 1. starts: model-free constructions, then the registry's heuristics
+        starts = initial_solutions(problem)
+        names = ["runs", "single"] if d > 1 else ["single"]
+        if initial is not None:
+            given = _given_starts(problem, initial)
+            starts, names = np.vstack([given, starts]), ["initial"] * len(given) + names
+        starts, names = starts[:budget], names[:budget]
+        scores, self.used = self._score(starts)
+        for keys, found, cost, name in _heuristic_starts(problem, heuristics, budget - self.used,
+                                                         seed, etf_max_ops, should_stop):
+            self.used += cost
+            decoded = decode(keys, graph, devices)
+            if np.array_equal(decoded[0], found.placement):
+                row = np.array([found.value, _secondary(objective, found.peak[None, :])[0]])
+                self.scored.setdefault(schedule_digests(graph, *decoded)[0], row)
+            elif self.used < budget:                 # projected onto the groups: score it anew
+                rows, cost = self._score(keys[None, :])
+                row, self.used = rows[0], self.used + cost
+            else:
+                continue
+            starts = np.vstack([starts, keys[None, :]])
+            scores = np.vstack([scores, np.asarray(row, np.float64)[None, :]])
+            names.append(name)
+        i = int(np.lexsort(scores.T[::-1])[0])
+        self.current, self.current_key = starts[i].copy(), tuple(scores[i])
+        self.best, self.best_key = self.current.copy(), self.current_key
+        self.initial_value, self.start_name = self.current_key[0], names[i]
+        self._refresh(self.current)
+        self.batch = min(16, batch_size)
+        self.stale = self.restarts = self.steps = self.accepted = 0
+
+    @property
+    def value(self) -> float:
+        """The best objective found so far."""
+        return float(self.best_key[0])
+
+    def _score(self, keys: np.ndarray):
+        """Scores of a batch and how many evaluations it cost: a schedule already scored
+        (here or earlier in the batch) is looked up, not simulated again."""
+        from regal.sim import evaluate
+
+        graph, devices = self.problem.graph, self.problem.devices
+        digests = schedule_digests(graph, *decode(keys, graph, devices))
+        first: dict[bytes, int] = {}
+        for i, h in enumerate(digests):
+            if h not in self.scored:
+                first.setdefault(h, i)
+        new = list(first.values())
+        if new:
+            values, peaks, _ = evaluate(graph, devices, keys[new], self.problem.objective,
+                                        return_details=True)
+            rows = np.column_stack([values, _secondary(self.problem.objective, peaks)])
+            for i, row in zip(new, rows):
+                self.scored[digests[i]] = row
+        self.repeats += len(keys) - len(new)
+        return np.stack([self.scored[h] for h in digests]), len(new)
+
+    def _refresh(self, keys: np.ndarray) -> None:
+        """Re-ranks the priorities and traces the new incumbent for peak-directed moves."""
+        graph, devices = self.problem.graph, self.problem.devices
+        affinity, priority, transfer = split(keys, graph.num_nodes, devices.count)
+        priority[:] = _rerank(priority)
+        transfer[:] = _rerank(transfer)
+        placement, prio, tprio = decode(keys, graph, devices)
+        self.search.placement = placement
+        self.search.facts = peak_facts(self.problem, placement, prio, tprio)
+
+    def run(self, budget: int, progress=None, should_stop=None) -> "Climb":
+        """Climbs until this lineage has spent `budget` evaluations in all (its starts
+        included), `should_stop()` says so, or `REPEATS_PER_EVALUATION * budget` neighbours
+        repeated scored schedules; `progress(used, best)` after each batch."""
+        budget = int(budget)
+        while self.used < budget and self.repeats < REPEATS_PER_EVALUATION * budget \
+                and (should_stop is None or not should_stop()):
+            if self.stale >= self.patience:
+                self.current = self.search.kick(self.best)
+                rows, cost = self._score(self.current[None, :])
+                self.current_key, self.used = tuple(rows[0]), self.used + cost
+                self.stale, self.restarts = 0, self.restarts + 1
+                if self.current_key < self.best_key:
+                    self.best, self.best_key = self.current.copy(), self.current_key
+                self._refresh(self.current)
+                continue
+            count = min(self.batch, budget - self.used)
+            candidates = self.search.neighbours(self.current, count, self.directed)
+            keys, cost = self._score(candidates)
+            self.used += cost
+            self.steps += 1
+            j = int(np.lexsort(keys.T[::-1])[0])
+            better = int(sum(tuple(row) < self.current_key for row in keys))
+            if tuple(keys[j]) < self.current_key:
+                self.current, self.current_key = candidates[j].copy(), tuple(keys[j])
+                self.stale, self.accepted = 0, self.accepted + 1
+                if self.current_key < self.best_key:
+                    self.best, self.best_key = self.current.copy(), self.current_key
+                self._refresh(self.current)
+            else:
+                self.stale += count
+            # many improving neighbours: smaller batches climb faster; none: look wider
+            if better * 4 >= count:
+                self.batch = max(min(8, self.batch_size), self.batch // 2)
+            elif better == 0:
+                self.batch = min(self.batch_size, self.batch * 2)
+            if progress is not None:
+                progress(self.used, float(self.best_key[0]))
+        return self
+
+    def solution(self, method: str = "local-search") -> Solution:
+        """The best solution so far, scored by the simulator, with the climb's counters."""
+        graph, devices = self.problem.graph, self.problem.devices
+        placement, priority, transfer = decode(self.best, graph, devices)
+        return Solution(**score(self.problem, placement, priority, transfer),
+                        evaluations=self.used, method=method, seed=self.seed,
+                        extra={"initial_value": float(self.initial_value),
+                               "start": self.start_name, "restarts": self.restarts,
+                               "steps": self.steps, "accepted": self.accepted,
+                               "repeats": self.repeats})
+
+
 def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
           patience: int | None = None, heuristics=HEURISTICS, etf_max_ops: int = 1000,
           directed: float = 0.85, initial=None, progress=None, should_stop=None) -> Solution:
@@ -474,119 +625,7 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
     the registry methods tried as starts, `directed` the share of peak-directed neighbours,
     `initial` extra starts (Solutions or chromosomes: a warm start, e.g. a best-known one).
     """
-    from regal.sim import evaluate
-
-    if int(budget) != budget or budget < 1:
-        raise ValueError(f"budget must be a positive integer, got {budget}")
-    if int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-    if not 0.0 <= directed <= 1.0:
-        raise ValueError(f"directed must be in [0, 1], got {directed}")
-    graph, devices, objective = problem.graph, problem.devices, problem.objective
-    n, d = graph.num_nodes, devices.count
-    patience = max(4 * batch_size, n) if patience is None else int(patience)
-    if patience < 1:
-        raise ValueError(f"patience must be positive, got {patience}")
-    rng = np.random.default_rng(seed)
-    search = _Search(problem, rng)
-
-    scored: dict[bytes, np.ndarray] = {}     # schedule digest -> (objective, secondary)
-    repeats = 0
-
-    def score_batch(keys: np.ndarray):
-        """Scores of a batch and how many evaluations it cost: a schedule already scored
-        (here or earlier in the batch) is looked up, not simulated again."""
-        nonlocal repeats
-        digests = schedule_digests(graph, *decode(keys, graph, devices))
-        first: dict[bytes, int] = {}
-        for i, h in enumerate(digests):
-            if h not in scored:
-                first.setdefault(h, i)
-        new = list(first.values())
-        if new:
-            values, peaks, _ = evaluate(graph, devices, keys[new], objective,
-                                        return_details=True)
-            for i, row in zip(new, np.column_stack([values, _secondary(objective, peaks)])):
-                scored[digests[i]] = row
-        repeats += len(keys) - len(new)
-        return np.stack([scored[h] for h in digests]), len(new)
-
-    # 1. starts: model-free constructions, then the registry's heuristics
-    starts = initial_solutions(problem)
-    names = ["runs", "single"] if d > 1 else ["single"]
-    if initial is not None:
-        given = _given_starts(problem, initial)
-        starts, names = np.vstack([given, starts]), ["initial"] * len(given) + names
-    starts, names = starts[:budget], names[:budget]
-    scores, used = score_batch(starts)
-    for keys, found, cost, name in _heuristic_starts(problem, heuristics, budget - used, seed,
-                                                     etf_max_ops, should_stop):
-        used += cost
-        decoded = decode(keys, graph, devices)
-        if np.array_equal(decoded[0], found.placement):
-            row = np.array([found.value, _secondary(objective, found.peak[None, :])[0]])
-            scored.setdefault(schedule_digests(graph, *decoded)[0], row)
-        elif used < budget:                      # projected onto the groups: score it anew
-            rows, cost = score_batch(keys[None, :])
-            row, used = rows[0], used + cost
-        else:
-            continue
-        starts = np.vstack([starts, keys[None, :]])
-        scores = np.vstack([scores, np.asarray(row, np.float64)[None, :]])
-        names.append(name)
-    i = int(np.lexsort(scores.T[::-1])[0])
-    current, current_key = starts[i].copy(), tuple(scores[i])
-    best, best_key = current.copy(), current_key
-    initial_value, start_name = current_key[0], names[i]
-
-    def refresh(keys: np.ndarray) -> None:
-        """Re-ranks the priorities and traces the new incumbent for peak-directed moves."""
-        affinity, priority, transfer = split(keys, n, d)
-        priority[:] = _rerank(priority)
-        transfer[:] = _rerank(transfer)
-        placement, prio, tprio = decode(keys, graph, devices)
-        search.placement = placement
-        search.facts = peak_facts(problem, placement, prio, tprio)
-
-    refresh(current)
-    batch = min(16, batch_size)
-    stale, restarts, steps, accepted = 0, 0, 0, 0
-    while used < budget and repeats < REPEATS_PER_EVALUATION * budget \
-            and (should_stop is None or not should_stop()):
-        if stale >= patience:
-            current = search.kick(best)
-            rows, cost = score_batch(current[None, :])
-            current_key, used = tuple(rows[0]), used + cost
-            stale, restarts = 0, restarts + 1
-            if current_key < best_key:
-                best, best_key = current.copy(), current_key
-            refresh(current)
-            continue
-        count = min(batch, budget - used)
-        candidates = search.neighbours(current, count, directed)
-        keys, cost = score_batch(candidates)
-        used += cost
-        steps += 1
-        j = int(np.lexsort(keys.T[::-1])[0])
-        better = int(sum(tuple(row) < current_key for row in keys))
-        if tuple(keys[j]) < current_key:
-            current, current_key = candidates[j].copy(), tuple(keys[j])
-            stale, accepted = 0, accepted + 1
-            if current_key < best_key:
-                best, best_key = current.copy(), current_key
-            refresh(current)
-        else:
-            stale += count
-        # many improving neighbours: smaller batches climb faster; none: look wider
-        if better * 4 >= count:
-            batch = max(min(8, batch_size), batch // 2)
-        elif better == 0:
-            batch = min(batch_size, batch * 2)
-        if progress is not None:
-            progress(used, float(best_key[0]))
-    placement, priority, transfer = decode(best, graph, devices)
-    return Solution(**score(problem, placement, priority, transfer), evaluations=used,
-                    method="local-search", seed=seed,
-                    extra={"initial_value": float(initial_value), "start": start_name,
-                           "restarts": restarts, "steps": steps, "accepted": accepted,
-                           "repeats": repeats})
+    climb = Climb(problem, budget, seed, batch_size=batch_size, patience=patience,
+                  heuristics=heuristics, etf_max_ops=etf_max_ops, directed=directed,
+                  initial=initial, should_stop=should_stop)
+    return climb.run(budget, progress, should_stop).solution()

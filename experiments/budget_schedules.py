@@ -6,19 +6,28 @@ half) on the synthetic test split. This script measures the schedules tried to c
 gap; its table chose the shipped one (data/policy/README.md quotes it):
 
     brkga-polish     the `regal` method before: policy BRKGA on 50%, local search from its
-                     best on the rest (polish_share 0.5, fresh_share 0)
+                     best on the rest (polish_share 0.5, fresh_climbs 0)
     ls-first         local search from the heuristic starts on 40% of the budget, policy BRKGA
                      with that answer in its first population on 20%, then local search from
                      the better of the two on the rest
     seeded-ls-first  ls-first with uniform keys (what the policy adds to it)
-    two-climbs       the shipped `regal` method: policy BRKGA on 20%, then two local searches
-                     of 40% each, one from BRKGA's best and one from the heuristic starts; the
-                     best answer (regal_method.POLISH_SHARE 0.8, FRESH_SHARE 0.5)
+    two-climbs       the `regal` method before the race: policy BRKGA on 20%, then two local
+                     searches of 40% each, one from BRKGA's best and one from the heuristic
+                     starts; the best answer (polish_share 0.8, fresh_climbs 1, race (0.5,))
     two-climbs-10    two-climbs with BRKGA on 10% (two climbs of 45% each)
     local-search     the baseline: local search from the heuristic starts on all of it
     two-fresh        no BRKGA: two local searches from the heuristic starts, half the budget
                      each (seeds s and s + 1), the better answer (is BRKGA's basin worth more
                      than a second start?)
+    race             the shipped `regal` method: policy BRKGA on 10%, then a climb from its
+                     best and two afresh from the heuristic starts race by successive halving
+                     (all three to 7.5% of the rest, the better two to 22.5%, the leader
+                     spends the rest; regal_method.POLISH_SHARE 0.9, FRESH_CLIMBS 2,
+                     RACE (0.075, 0.225))
+    race-20          race with BRKGA on 20% (polish_share 0.8)
+    seeded-race      race with uniform keys (the `seeded-brkga` baseline: what the policy adds)
+    fresh-race       no BRKGA: two local searches from the heuristic starts (seeds s, s + 1)
+                     to 20% each, the leader spends the rest (a race without BRKGA's basin)
 
 Every percentage is the improvement over plain BRKGA with the same budget and seeds, per graph
 from the means over the seeds (as in the transfer tables), then summarised over the graphs of
@@ -48,7 +57,9 @@ from regal.io import load_graph  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 
 SCHEDULES = ("brkga-polish", "ls-first", "seeded-ls-first", "two-climbs", "two-climbs-10",
-             "local-search", "two-fresh")
+             "local-search", "two-fresh", "race", "race-20", "seeded-race",
+             "fresh-race")
+FRESH_RACE_ROUND = 0.2      # fresh-race: each climb's share before the leader goes on
 LEAD, MIDDLE = 0.4, 0.2     # ls-first: local search's lead, then BRKGA's share
 
 
@@ -88,19 +99,37 @@ def _ls_first(problem, budget: int, seed: int, policy: bool):
         int(start.evaluations)
 
 
+def _fresh_race(problem, budget: int, seed: int) -> tuple[float, int]:
+    from baselines.local_search import Climb
+
+    first = max(1, int(budget * FRESH_RACE_ROUND))
+    climbs = [Climb(problem, first, seed + k) for k in (0, 1)]
+    for climb in climbs:
+        climb.run(first)
+    leader, other = sorted(climbs, key=lambda climb: climb.best_key)  # stable: seed s on ties
+    leader.run(budget - other.used)
+    return leader.value, int(leader.used) + int(other.used)
+
+
 def run_schedule(name: str, problem, budget: int, seed: int) -> tuple[float, int]:
     """(value, evaluations used) of one schedule."""
     if name == "brkga":
         found = optimizers.solve("brkga", problem, budget, seed)
     elif name == "brkga-polish":
         found = optimizers.solve("regal", problem, budget, seed, polish_share=0.5,
-                                 fresh_share=0.0)
-    elif name == "two-climbs":   # the shipped shares, pinned so the cache means one schedule
+                                 fresh_climbs=0)
+    elif name == "two-climbs":
         found = optimizers.solve("regal", problem, budget, seed, polish_share=0.8,
-                                 fresh_share=0.5)
+                                 fresh_climbs=1, race=(0.5,))
     elif name == "two-climbs-10":
         found = optimizers.solve("regal", problem, budget, seed, polish_share=0.9,
-                                 fresh_share=0.5)
+                                 fresh_climbs=1, race=(0.5,))
+    elif name in ("race", "race-20", "seeded-race"):   # settings pinned: one schedule per name
+        found = optimizers.solve("seeded-brkga" if name == "seeded-race" else "regal", problem,
+                                 budget, seed, polish_share=0.8 if name == "race-20" else 0.9,
+                                 fresh_climbs=2, race=(0.075, 0.225))
+    elif name == "fresh-race":
+        return _fresh_race(problem, budget, seed)
     elif name == "local-search":
         found = optimizers.solve("local-search", problem, budget, seed)
     elif name in ("ls-first", "seeded-ls-first"):

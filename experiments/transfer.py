@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from regal import harness, optimizers, report, synth  # noqa: E402
 from regal.io import load_graph  # noqa: E402
-from regal.regal_method import (FRESH_SHARE, POLISH_SHARE, policy_content_hash,  # noqa: E402
+from regal.regal_method import (FRESH_CLIMBS, POLISH_SHARE, RACE, policy_content_hash,  # noqa: E402
                                 portable_policy_dir, resolve_policy_dir)
 
 sys.path.insert(0, str(REPO / "experiments"))
@@ -364,9 +364,9 @@ def main(argv=None) -> int:
                              f"available: {', '.join(methods)}")
         methods = [m for m in methods if m in wanted]
     common = dict(seeds=cfg["seeds"], budgets=5000, workers=args.workers, progress=True)
-    # the polish shares are written out so that records of earlier schedules (BRKGA only,
-    # polish from BRKGA's best only) differ
-    polish = {"polish_share": POLISH_SHARE, "fresh_share": FRESH_SHARE}
+    # the polish settings are written out so that records of earlier schedules (BRKGA only,
+    # one climb, two climbs unraced) differ
+    polish = {"polish_share": POLISH_SHARE, "fresh_climbs": FRESH_CLIMBS, "race": list(RACE)}
     regal_opts = {"policy_dir": policy_dir, "policy_hash": policy_hash, **polish}
     method_options = {"regal": regal_opts, "seeded-brkga": polish,
                       **({"cpsat": {"time_limit": cfg["cpsat_time"]}} if "cpsat" in methods

@@ -783,8 +783,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "network shape and menus must be the run's)")
     p.add_argument("--polish-share", type=float, metavar="SHARE",
                    help="share of each rollout's budget left to local search from BRKGA's "
-                        "best, as in the regal method (without its fresh climb from the "
-                        "heuristics, which ignores the policy; default 0: BRKGA alone)")
+                        "best, as in the regal method (without the fresh climbs from the "
+                        "heuristics it races, which ignore the policy; default 0: BRKGA alone)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
 

@@ -1,15 +1,16 @@
 """The `regal` method (docs/design.md §6): one GNN forward pass, BRKGA with the policy's choices,
-then local search from BRKGA's best and from the heuristic starts.
+then local search from BRKGA's best and from the heuristic starts, raced.
 
 The policy picks every op's key distributions (relative to the graph's reference solution,
 `regal.policy.reference`) and elite bias once (greedy by default); BRKGA then searches in
 slot space (`search`), its first population seeded with the reference heuristics' solutions
 and a share of its mutants kept uniform (`search_params`), so that a poor choice costs little
 against plain BRKGA. The last `POLISH_SHARE` of the budget goes to `local-search` (`polish`):
-`FRESH_SHARE` of it climbs afresh from the heuristic starts, the rest from BRKGA's best. At
-5,000 evaluations BRKGA finds good basins but climbs them slowly, the peak-directed moves
-climb fast, and the heuristics' basins are often the better ones (measured in
-data/policy/README.md and experiments/results/budget_schedules.md). The reference's
+a climb from BRKGA's best and `FRESH_CLIMBS` climbs afresh from the heuristic starts race by
+successive halving (`RACE`), and the climb that leads spends the rest. At 5,000 evaluations
+BRKGA finds good basins but climbs them slowly, the peak-directed moves climb fast, and which
+basin ends best varies from run to run (measured in data/policy/README.md and
+experiments/results/budget_schedules.md). The reference's
 evaluations count in the budget. The forward pass is `regal.policy.NumpyPolicy`
 (numpy, same weights and logits as the TensorFlow `Policy`), so the method never imports
 TensorFlow; training, and a `policy=` object passed in, may still use the TensorFlow one.
@@ -32,7 +33,7 @@ from regal.decode import decode
 from regal.optimizers import Problem, Solution, score
 
 __all__ = ["DEFAULT_POLICY_DIR", "REPO_ROOT", "UNIFORM_MUTANT_FRACTION", "POLISH_SHARE",
-           "FRESH_SHARE",
+           "FRESH_CLIMBS", "RACE", "check_race",
            "default_policy_dir", "polish", "check_share", "split_budget", "phase_stops",
            "two_phase", "same_policy_dir",
            "resolve_policy_dir", "portable_policy_dir", "policy_content_hash", "load_policy",
@@ -45,11 +46,14 @@ _LOADED: dict[str, object] = {}
 # share of each generation's mutants kept uniform when the policy biases the keys ("do no
 # harm": plain BRKGA's exploration never stops)
 UNIFORM_MUTANT_FRACTION = 0.5
-# share of the budget left to local search after BRKGA (0: BRKGA spends it all), and the
-# share of that which climbs afresh from the heuristic starts instead of from BRKGA's best
-# (experiments/results/budget_schedules.md compares the schedules)
-POLISH_SHARE = 0.8
-FRESH_SHARE = 0.5
+# share of the budget left to local search after BRKGA (0: BRKGA spends it all); the climbs
+# afresh from the heuristic starts that race the climb from BRKGA's best; and each round's
+# end, as a share of the polish budget per climb still in the race (3 climbs to 7.5%, the
+# better 2 to 22.5%, the best spends the other 55%; experiments/results/budget_schedules.md
+# compares the schedules)
+POLISH_SHARE = 0.9
+FRESH_CLIMBS = 2
+RACE = (0.075, 0.225)
 
 
 def default_policy_dir() -> Path:
@@ -210,59 +214,121 @@ def _first_of(*solutions: Solution | None) -> Solution:
     return best
 
 
-def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
-           fresh_share: float = 0.0, time_left: float | None = None,
-           progress: Callable[[int, float], None] | None = None,
-           should_stop: Callable[[], bool] | None = None) -> Solution:
-    """`found` improved by `local-search` with `budget` more evaluations; never worse than
-    `found`. `1 - fresh_share` of them climb from `found` (no heuristic starts: `found`
-    already beats them), the rest climb afresh from the heuristic starts (seed + 1), whose
-    basins are often better than BRKGA's; the answer is the best of the three. With
-    `time_left`, the seconds until the deadline that `should_stop` enforces, the time splits
-    the same way. The answer counts every evaluation; `extra` keeps `found`'s and adds the
-    polish's."""
+def _local_search_module():
+    """The registry's local-search module (`regal` names baselines only through the registry)."""
+    import importlib
+
     from regal.optimizers import get_method
 
-    check_share(fresh_share, "fresh_share", "the polish")
-    local_search = get_method("local-search")
+    return importlib.import_module(get_method("local-search").__module__)
+
+
+def check_race(fresh_climbs, race) -> tuple[int, tuple[float, ...]]:
+    """(`fresh_climbs`, `race`) checked: a count >= 0 and increasing shares in (0, 1) whose
+    successive halving of `fresh_climbs + 1` climbs allots no more than the whole polish;
+    ValueError naming the field."""
+    if isinstance(fresh_climbs, bool) or not isinstance(fresh_climbs, (int, np.integer)) \
+            or fresh_climbs < 0:
+        raise ValueError(f"fresh_climbs: expected a count >= 0, got {fresh_climbs!r}")
+    try:
+        shares = tuple(float(share) for share in race)
+    except (TypeError, ValueError):
+        raise ValueError(f"race: expected a sequence of shares, got {race!r}") from None
+    if fresh_climbs and not shares:
+        raise ValueError("race: fresh climbs need at least one round")
+    if any(not 0.0 < share < 1.0 for share in shares) or \
+            any(b <= a for a, b in zip(shares, shares[1:])):
+        raise ValueError(f"race: expected increasing shares in (0, 1), got {race!r}")
+    alive, allotted, before = int(fresh_climbs) + 1, 0.0, 0.0
+    for share in shares:
+        allotted, before, alive = allotted + alive * (share - before), share, (alive + 1) // 2
+    if allotted > 1.0 + 1e-9:
+        raise ValueError(f"race: rounds {race!r} give {int(fresh_climbs) + 1} climbs "
+                         f"{allotted:.3g} times the polish budget")
+    return int(fresh_climbs), shares
+
+
+def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
+           fresh_climbs: int = 0, race=(), time_left: float | None = None,
+           progress: Callable[[int, float], None] | None = None,
+           should_stop: Callable[[], bool] | None = None) -> Solution:
+    """`found` improved by local search with `budget` more evaluations; never worse than
+    `found`.
+
+    Without `fresh_climbs` one climb from `found` spends it all. Otherwise climbs race by
+    successive halving: the climb from `found` (seed; no heuristic starts, `found` already
+    beats them) and `fresh_climbs` climbs afresh from the heuristic starts (seeds seed + 1,
+    ...) each run to `race[0]` of the budget, the better half (rounded up; ties to the
+    earlier climb) go on to `race[1]`, and so on; the last one left spends the rest. Climbs
+    are paused and resumed (`baselines.local_search.Climb`), never restarted. Why: which
+    basin ends best varies from run to run, one climb's early lead predicts it, and the
+    winner gets most of the budget (experiments/results/budget_schedules.md). With
+    `time_left`, the seconds until the deadline that `should_stop` enforces, each round ends
+    by its share of the time too. The answer counts every evaluation; `extra` keeps
+    `found`'s and adds the polish's."""
+    fresh_climbs, race = check_race(fresh_climbs, race)
     start = time.perf_counter()
     spent, budget = int(found.evaluations), int(budget)
-    # the climb from `found` keeps at least one evaluation (it scores `found` itself)
-    fresh_budget = min(int(round(budget * float(fresh_share))), budget - 1)
-    if fresh_budget < 8:
-        fresh_budget = 0
+    # fresh climbs pay for their starts: under 8 evaluations each they are not worth it
+    if fresh_climbs and int(budget * race[0]) < 8:
+        fresh_climbs, race = 0, ()
+    deadline = None if time_left is None else start + float(time_left)
     best_so_far = [float(found.value)]
+    climbs: list = []
 
-    def reporting(offset: int):
+    def used_by_all() -> int:
+        return sum(int(climb.used) for climb in climbs)
+
+    def stop_at(share: float):
+        """`should_stop` for a round that ends at `share` of the budget (and of the time)."""
+        end = None if deadline is None else start + float(time_left) * share
+
+        def stop() -> bool:
+            if should_stop is not None and should_stop():
+                return True
+            return end is not None and time.perf_counter() >= end
+        return stop
+
+    def reporting(climb):
         if progress is None:
             return None
+        others = used_by_all() - int(climb.used)
 
         def report(used: int, best: float) -> None:
             best_so_far[0] = min(best_so_far[0], float(best))
-            progress(spent + offset + used, best_so_far[0])
+            progress(spent + others + used, best_so_far[0])
         return report
 
-    # under `time_left` the climb hands over at its share of the time, as BRKGA does
-    climb_stop = phase_stops(time_left, fresh_share if fresh_budget else 0.0, should_stop,
-                             start)[0]
-    climbed = local_search(problem, budget - fresh_budget, seed, heuristics=(),
-                           initial=[found], progress=reporting(0), should_stop=climb_stop)
-    used = int(climbed.evaluations)
-    fresh = None
-    if fresh_budget and budget - used >= 8 and not (should_stop is not None and should_stop()):
-        # the climb from `found` may have stopped early (time): the fresh one takes what is left
-        fresh = local_search(problem, budget - used, seed + 1, progress=reporting(used),
-                             should_stop=should_stop)
-        used += int(fresh.evaluations)
-    # `found` is one of the climb's starts, so it cannot be worse; kept as a guard all the same
-    better = _first_of(climbed, fresh, found)   # the climb wins ties: its second key is no worse
+    Climb = _local_search_module().Climb
+    first = budget if not fresh_climbs else max(1, int(budget * race[0]))
+    climbs.append(Climb(problem, first, seed, heuristics=(), initial=[found]))
+    for k in range(fresh_climbs):
+        if should_stop is not None and should_stop():
+            break
+        climbs.append(Climb(problem, first, seed + 1 + k, should_stop=should_stop))
+    alive = list(range(len(climbs)))
+    allotted, before = 0.0, 0.0
+    for share in race if len(climbs) > 1 else ():
+        target = max(1, int(budget * share))   # floors: the rounds never overspend
+        for rank, i in enumerate(alive):     # each climb's turn ends by its share of the time
+            climbs[i].run(target, reporting(climbs[i]),
+                          stop_at(allotted + (rank + 1) * (share - before)))
+        allotted, before = allotted + len(alive) * (share - before), share
+        alive = sorted(alive, key=lambda i: (climbs[i].best_key, i))[:(len(alive) + 1) // 2]
+    leader = min(alive, key=lambda i: (climbs[i].best_key, i))
+    climbs[leader].run(budget - (used_by_all() - int(climbs[leader].used)),
+                       reporting(climbs[leader]), should_stop)
+    used = used_by_all()
+    best = min(range(len(climbs)), key=lambda i: (climbs[i].best_key, i))
+    answer = climbs[best].solution()
+    better = _first_of(answer, found)     # the climb from `found` starts there: a guard only
     extra = dict(found.extra, before_polish=float(found.value),
                  polish_evaluations=used, polish_time=time.perf_counter() - start,
-                 polish_restarts=climbed.extra.get("restarts", 0),
-                 climbed_value=float(climbed.value))
-    if fresh is not None:
-        extra.update(fresh_value=float(fresh.value), fresh_evaluations=int(fresh.evaluations),
-                     polish_winner="fresh" if better is fresh else "climb")
+                 polish_restarts=sum(int(climb.restarts) for climb in climbs),
+                 climbed_value=climbs[0].value,
+                 lineage_values=[climb.value for climb in climbs],
+                 lineage_evaluations=[int(climb.used) for climb in climbs],
+                 polish_winner="climb" if best == 0 else f"fresh-{best}")
     return dataclasses.replace(better, evaluations=spent + used, method=found.method,
                                seed=seed, extra=extra)
 
@@ -307,21 +373,21 @@ def search(problem: Problem, budget: int, seed: int, *, population_size: int = 1
 
 
 def two_phase(problem: Problem, budget: int, seed: int, params: dict, *,
-              polish_share: float = POLISH_SHARE, fresh_share: float = FRESH_SHARE,
-              time_limit: float | None = None, started: float | None = None,
+              polish_share: float = POLISH_SHARE, fresh_climbs: int = FRESH_CLIMBS,
+              race=RACE, time_limit: float | None = None, started: float | None = None,
               progress: Callable[[int, float], None] | None = None,
               should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
     """`search` with `params` on BRKGA's share of the budget (and of `time_limit` seconds
     from `started`, default now), then `polish` on whatever BRKGA left (its share, or more
-    when the time limit ended it early; `fresh_share` of it climbs afresh from the heuristic
-    starts); `extra["stopped_by"]` under a time limit
+    when the time limit ended it early; `fresh_climbs` climbs afresh from the heuristic
+    starts race the climb from BRKGA's best by `race`); `extra["stopped_by"]` under a time limit
     (`phase_stops`). BRKGA always gets what its reference and seeds need (at least its
     `spent` evaluations plus a population of max(3, seeds)), taken from the polish."""
     from regal.optimizers import check_time_limit
 
     if time_limit is not None:
         time_limit = check_time_limit(time_limit)
-    check_share(fresh_share, "fresh_share", "the polish")
+    fresh_climbs, race = check_race(fresh_climbs, race)
     started = time.perf_counter() if started is None else float(started)
     seeds = params.get("initial")
     population = max(3, 0 if seeds is None else len(np.atleast_2d(seeds)))
@@ -334,7 +400,8 @@ def two_phase(problem: Problem, budget: int, seed: int, params: dict, *,
     left = int(budget) - int(found.evaluations)
     if polish_budget and left >= 8 and not (last_stop is not None and last_stop()):
         time_left = None if time_limit is None else started + time_limit - time.perf_counter()
-        found = polish(problem, found, left, seed, fresh_share=fresh_share, time_left=time_left,
+        found = polish(problem, found, left, seed, fresh_climbs=fresh_climbs, race=race,
+                       time_left=time_left,
                        progress=progress, should_stop=last_stop)
     if time_limit is not None:
         found = dataclasses.replace(found, extra=dict(found.extra, stopped_by=stopped_by()))
@@ -345,12 +412,12 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
                 policy_hash: str | None = None, mode: str = "greedy", learn=None,
                 learn_elite_bias=None, seed_population: bool = True,
                 uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION,
-                polish_share: float = POLISH_SHARE, fresh_share: float = FRESH_SHARE,
-                time_limit: float | None = None,
+                polish_share: float = POLISH_SHARE, fresh_climbs: int = FRESH_CLIMBS,
+                race=RACE, time_limit: float | None = None,
                 progress: Callable[[int, float], None] | None = None,
                 should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
     """REGAL: the policy's per-op choices relative to the reference solution, then BRKGA,
-    then local search from BRKGA's best and afresh from the heuristic starts (`polish`),
+    then climbs from BRKGA's best and afresh from the heuristic starts, raced (`polish`),
     `budget` evaluations in all (the reference's included) with `seed`.
 
     `policy` (a loaded Policy or NumpyPolicy) wins over `policy_dir`; a relative `policy_dir` is looked up
@@ -362,8 +429,9 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     puts the reference heuristics' solutions in the first population;
     `uniform_mutant_fraction` of the mutants stay uniform (see `search_params`).
     `polish_share` of the budget, and of `time_limit` seconds when given, goes to the local
-    search (`two_phase`; 0: BRKGA only), `fresh_share` of that to the fresh climb (0: all
-    from BRKGA's best). `should_stop()` ends the search early.
+    search (`two_phase`; 0: BRKGA only), where `fresh_climbs` climbs afresh from the
+    heuristic starts race the one from BRKGA's best by `race` (0: one climb from BRKGA's
+    best). `should_stop()` ends the search early.
     """
     start = time.perf_counter()
     source = "object"
@@ -382,7 +450,8 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     params = search_params(action, seed_population, uniform_mutant_fraction)
     acted = time.perf_counter()
     found = two_phase(problem, budget, seed, params, polish_share=polish_share,
-                      fresh_share=fresh_share, time_limit=time_limit, started=start,
+                      fresh_climbs=fresh_climbs, race=race, time_limit=time_limit,
+                      started=start,
                       progress=progress,
                       should_stop=should_stop, **brkga_options)
     done = time.perf_counter()

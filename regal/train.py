@@ -259,7 +259,7 @@ def run_rollout(task: RolloutTask) -> float:
     share = float(params.pop("polish_share", 0.0))   # 0: exactly `search`, draw for draw
     # no fresh climb from the heuristic starts: it would not depend on the policy's action
     solution = two_phase(problem, task.budget, task.seed, params, polish_share=share,
-                         fresh_share=0.0, population_size=task.population_size)
+                         fresh_climbs=0, population_size=task.population_size)
     return float(solution.value)
 
 

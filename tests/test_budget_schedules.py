@@ -45,14 +45,23 @@ def test_schedules_spend_the_budget_and_keep_their_parts(tmp_path, capsys):
     assert set(rows) == {"brkga", *script.SCHEDULES}
     assert all(r["evaluations"] <= 300 for r in rows.values())
     problem = optimizers.Problem(load_graph(path), DeviceSpec(2))
-    for name, method, options in (("brkga", "brkga", {}), ("two-climbs", "regal", {}),
+    two = {"fresh_climbs": 1, "race": (0.5,)}
+    for name, method, options in (("brkga", "brkga", {}), ("two-climbs", "regal", two),
                                   ("brkga-polish", "regal", {"polish_share": 0.5,
-                                                             "fresh_share": 0.0}),
-                                  ("two-climbs-10", "regal", {"polish_share": 0.9}),
+                                                             "fresh_climbs": 0}),
+                                  ("two-climbs-10", "regal", dict(two, polish_share=0.9)),
+                                  ("race", "regal", {}), ("seeded-race", "seeded-brkga", {}),
                                   ("local-search", "local-search", {})):
         assert rows[name]["value"] == optimizers.solve(method, problem, 300, 3, **options).value
     halves = [optimizers.solve("local-search", problem, 150, seed).value for seed in (3, 4)]
     assert rows["two-fresh"]["value"] == min(halves) and rows["two-fresh"]["evaluations"] == 300
+    # fresh-race: both climbs to 60, the leader to 240 (a climb paused and resumed)
+    from baselines.local_search import Climb
+
+    climbs = [Climb(problem, 60, seed).run(60) for seed in (3, 4)]
+    leader, other = sorted(climbs, key=lambda climb: climb.best_key)
+    assert rows["fresh-race"]["value"] == leader.run(240).value <= min(c.value for c in climbs)
+    assert rows["fresh-race"]["evaluations"] == 300
     # ls-first never ends worse than its lead local search (120 of 300 evaluations)
     lead = optimizers.solve("local-search", problem, int(300 * script.LEAD), 3).value
     assert rows["ls-first"]["value"] <= lead and rows["seeded-ls-first"]["value"] <= lead

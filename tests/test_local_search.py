@@ -239,6 +239,40 @@ def test_no_schedule_is_evaluated_twice(monkeypatch):
     assert found.extra["repeats"] > 0            # repeats were proposed, and cost nothing
 
 
+def test_a_paused_climb_resumes_without_paying_again(monkeypatch):
+    """`Climb.run` in steps: each step stops at its budget, a schedule scored before the
+    pause is never evaluated after it, the best only improves, and the answer is the
+    simulator's verdict on the best chromosome."""
+    import regal.sim
+    from regal.decode import decode, schedule_digests
+
+    problem = PROBLEMS[0]
+    seen = []
+    real_evaluate = regal.sim.evaluate
+
+    def recording_evaluate(graph, devices, keys, *args, **kwargs):
+        seen.extend(schedule_digests(graph, *decode(np.atleast_2d(keys), graph, devices)))
+        return real_evaluate(graph, devices, keys, *args, **kwargs)
+
+    monkeypatch.setattr(regal.sim, "evaluate", recording_evaluate)
+    climb = local_search.Climb(problem, 1500, 3, heuristics=())
+    values = []
+    for target in (37, 400, 401, 1100, 1500):
+        climb.run(target)
+        assert climb.used == len(seen) == target
+        values.append(climb.value)
+    assert len(set(seen)) == len(seen)
+    assert values == sorted(values, reverse=True)
+    found = climb.solution()
+    assert found.value == climb.value and found.evaluations == 1500
+    climb.run(1500)                                  # nothing left: no evaluation
+    assert len(seen) == 1500
+    # in one go, the same seed is `solve`, draw for draw
+    whole = local_search.Climb(problem, 1500, 3, heuristics=()).run(1500).solution()
+    same = local_search.solve(problem, 1500, 3, heuristics=())
+    assert whole.value == same.value and whole.extra == same.extra
+
+
 def test_a_tiny_search_space_is_exhausted_not_paid_for_again():
     """Three ops on two devices have few distinct schedules (counted by brute force over
     every placement and order): the search stops once it has seen what it can reach,

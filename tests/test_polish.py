@@ -82,46 +82,90 @@ def test_small_budgets_that_ran_before_the_polish_still_run(problem, method):
     assert found.evaluations == 40 and found.extra["polish_evaluations"] == 32
 
 
-def test_the_fresh_climb_is_local_search_from_the_heuristic_starts(problem):
-    """With `fresh_share` the polish is two independent climbs: from `found` on the first part,
-    from the heuristic starts (seed + 1) on the rest; the answer is the best of the three."""
+def test_one_round_of_two_climbs_is_two_independent_local_searches(problem):
+    """One fresh climb and one round at half the polish: the climb from `found` and the fresh
+    climb (seed + 1) each spend half, as two local searches would; the answer is the best."""
     start = solve("brkga", problem, 200, 1)
-    both = polish(problem, start, 400, 1, fresh_share=0.5)
+    both = polish(problem, start, 400, 1, fresh_climbs=1, race=(0.5,))
     climbed = solve("local-search", problem, 200, 1, heuristics=(), initial=[start])
     fresh = solve("local-search", problem, 200, 2)
     assert both.extra["climbed_value"] == climbed.value
-    assert both.extra["fresh_value"] == fresh.value and both.extra["fresh_evaluations"] == 200
+    assert both.extra["lineage_values"] == [climbed.value, fresh.value]
+    assert both.extra["lineage_evaluations"] == [200, 200]
     assert both.value == min(start.value, climbed.value, fresh.value)
-    assert both.extra["polish_winner"] == ("fresh" if fresh.value < climbed.value else "climb")
+    assert both.extra["polish_winner"] == ("fresh-1" if fresh.value < climbed.value else "climb")
     assert both.evaluations == start.evaluations + 400
     assert both.extra["polish_evaluations"] == 400 and both.method == start.method
-    # a fresh part under 8 evaluations is not worth its starts: all of it climbs from `found`
-    small = polish(problem, start, 14, 1, fresh_share=0.5)
-    assert "fresh_value" not in small.extra and small.extra["polish_evaluations"] == 14
-    for bad in (1.0, -0.1):
-        with pytest.raises(ValueError, match="fresh_share"):
-            polish(problem, start, 100, 1, fresh_share=bad)
+    # a first round under 8 evaluations is not worth the fresh starts: one climb spends it all
+    small = polish(problem, start, 14, 1, fresh_climbs=1, race=(0.5,))
+    assert len(small.extra["lineage_values"]) == 1 and small.extra["polish_evaluations"] == 14
+    assert small.value == solve("local-search", problem, 14, 1, heuristics=(),
+                                initial=[start]).value
+
+
+def test_successive_halving_by_hand(problem):
+    """Three climbs to 10% each, the better two to 30%, the leader spends the rest: redone
+    by hand with `Climb`, pausing and resuming exactly as the race does."""
+    from baselines.local_search import Climb
+
+    start = solve("brkga", problem, 150, 2)
+    raced = polish(problem, start, 600, 5, fresh_climbs=2, race=(0.1, 0.3))
+    climbs = [Climb(problem, 60, 5, heuristics=(), initial=[start]),
+              Climb(problem, 60, 6), Climb(problem, 60, 7)]
+    for climb in climbs:
+        climb.run(60)
+    alive = sorted(range(3), key=lambda i: (climbs[i].best_key, i))[:2]
+    for i in alive:
+        climbs[i].run(180)
+    leader, other = sorted(alive, key=lambda i: (climbs[i].best_key, i))
+    dropped = ({0, 1, 2} - set(alive)).pop()
+    climbs[leader].run(600 - climbs[other].used - climbs[dropped].used)
+    assert raced.extra["lineage_evaluations"] == [climb.used for climb in climbs]
+    assert raced.extra["lineage_values"] == [climb.value for climb in climbs]
+    assert sum(raced.extra["lineage_evaluations"]) == 600 == raced.extra["polish_evaluations"]
+    assert climbs[dropped].used == 60 and climbs[other].used == 180
+    assert raced.value == min(climb.value for climb in climbs) <= start.value
+    assert raced.evaluations == start.evaluations + 600
+
+
+def test_race_settings_are_checked():
+    from regal.regal_method import check_race
+
+    assert check_race(2, (0.075, 0.225)) == (2, (0.075, 0.225))
+    assert check_race(0, ()) == (0, ())
+    assert check_race(1, [0.5]) == (1, (0.5,))
+    for count in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="fresh_climbs"):
+            check_race(count, (0.1,))
+    # shares: a sequence, increasing, inside (0, 1), allotting no more than the polish
+    for race in ((), (0.0,), (1.0,), (0.3, 0.2), (0.2, 0.2), "ab", 0.5, (0.4,), (0.3, 0.5)):
+        with pytest.raises(ValueError, match="race"):
+            check_race(2, race)
+    assert check_race(2, (0.3, 0.35)) == (2, (0.3, 0.35))   # 3 x 0.3 + 2 x 0.05 = 1
 
 
 @pytest.mark.parametrize("method", ["seeded-brkga", "regal"])
-def test_any_fresh_share_spends_the_budget_and_bad_ones_are_refused(problem, method):
-    """A fresh share near 1 once left the climb from BRKGA's best 0 evaluations (local search
-    refused a budget of 0); a bad share is refused even when no polish runs."""
-    for budget in (16, 20, 37, 50, 100):
-        for share in (0.0, 0.5, 0.98, 0.99):
-            found = solve(method, problem, budget, 0, fresh_share=share)
-            assert found.evaluations == budget, (budget, share)
-    for bad in (5.0, -3, 1.0, True):
-        for budget, polish_share in ((8, 0.8), (100, 0.0), (100, 0.5)):
-            with pytest.raises(ValueError, match="fresh_share"):
-                solve(method, problem, budget, 0, polish_share=polish_share, fresh_share=bad)
+def test_any_race_spends_the_budget_and_bad_settings_are_refused(problem, method):
+    """Small budgets and uneven rounds still spend exactly the budget; bad settings are
+    refused even when no polish runs."""
+    for budget in (16, 20, 37, 50, 100, 333):
+        for climbs, race in ((0, ()), (1, (0.5,)), (2, (0.075, 0.225)), (3, (0.1, 0.2, 0.3)),
+                             (2, (0.3, 0.35))):
+            found = solve(method, problem, budget, 0, fresh_climbs=climbs, race=race)
+            assert found.evaluations == budget, (budget, climbs, race)
+    for budget, polish_share in ((8, 0.8), (100, 0.0), (100, 0.5)):
+        with pytest.raises(ValueError, match="fresh_climbs"):
+            solve(method, problem, budget, 0, polish_share=polish_share, fresh_climbs=-1)
+        with pytest.raises(ValueError, match="race"):
+            solve(method, problem, budget, 0, polish_share=polish_share, race=(0.6,))
 
 
 @pytest.mark.parametrize("method", ["seeded-brkga", "regal"])
 def test_the_default_schedule(problem, method):
-    """BRKGA on 1 - POLISH_SHARE of the budget, then the two climbs on FRESH_SHARE splits of
-    the rest; progress never reports a worse best than before, and ends at the answer."""
-    from regal.regal_method import FRESH_SHARE, POLISH_SHARE
+    """BRKGA on 1 - POLISH_SHARE of the budget, then FRESH_CLIMBS fresh climbs race the one
+    from BRKGA's best (RACE); progress never reports a worse best than before, and ends at
+    the answer."""
+    from regal.regal_method import FRESH_CLIMBS, POLISH_SHARE, RACE
 
     seen = []
     found = solve(method, problem, 1000, 3, progress=lambda used, best: seen.append((used, best)))
@@ -129,11 +173,11 @@ def test_the_default_schedule(problem, method):
     brkga_only = solve(method, problem, 1000 - polish_budget, 3, polish_share=0.0)
     assert found.extra["before_polish"] == brkga_only.value
     assert found.extra["polish_evaluations"] == polish_budget == 1000 - brkga_only.evaluations
-    assert found.extra["fresh_evaluations"] == round(polish_budget * FRESH_SHARE)
-    fresh = solve("local-search", problem, round(polish_budget * FRESH_SHARE), 4)
-    assert found.extra["fresh_value"] == fresh.value
-    assert found.value == min(found.extra["before_polish"], found.extra["climbed_value"],
-                              fresh.value)
+    assert len(found.extra["lineage_values"]) == FRESH_CLIMBS + 1
+    again = polish(problem, brkga_only, polish_budget, 3, fresh_climbs=FRESH_CLIMBS, race=RACE)
+    assert found.extra["lineage_values"] == again.extra["lineage_values"]
+    assert found.value == again.value == min(found.extra["lineage_values"])
+    assert min(found.extra["lineage_evaluations"]) == int(polish_budget * RACE[0])
     used, best = zip(*seen)
     assert list(used) == sorted(used) and used[-1] == 1000
     assert all(b >= a for a, b in zip(best[1:], best[:-1])) and best[-1] == found.value

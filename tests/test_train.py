@@ -147,7 +147,7 @@ def test_a_rollout_with_a_polish_share_runs_as_the_regal_method_does():
     value = run_rollout(RolloutTask(graph, 3, 1000, 3, params=params))
     # the rollout has no fresh climb from the heuristic starts (it ignores the policy)
     assert value == solve("seeded-brkga", problem, 1000, 3, polish_share=0.4,
-                          fresh_share=0.0).value
+                          fresh_climbs=0).value
     brkga_only = dict(params, polish_share=0.0)
     assert run_rollout(RolloutTask(graph, 3, 1000, 3, params=brkga_only)) == \
         solve("seeded-brkga", problem, 1000, 3, polish_share=0.0).value
