@@ -148,6 +148,24 @@ def summary_rows(records) -> list[dict]:
                             bounds=report.lower_bounds(records), pool_limits=True)
 
 
+def table1_labeler(method_options: dict, regal_options: dict):
+    """The label of a summary row in Table 1, the large-graph and the makespan tables: REGAL
+    with this run's options, each other method with the options this run gives it, BRKGA-5K;
+    None leaves the row out. Records of other settings (an earlier schedule's, say) stay in
+    the records file, which is kept across runs, but not in the tables."""
+    wanted = {method: json.dumps(options, sort_keys=True)
+              for method, options in method_options.items()}
+    regal_key = json.dumps(regal_options, sort_keys=True)
+
+    def label(row):
+        if row["method"] == "regal":
+            return "**REGAL**" if row["options"] == regal_key else None
+        if row["options"] != wanted.get(row["method"], "{}"):
+            return None
+        return "BRKGA-5K" if row["method"] == "brkga" else row["method"]
+    return label
+
+
 def metric_rows(summary, datasets, devices_list, label_of, objective="peak_memory") -> list[dict]:
     """The rows of `summary` (`summary_rows`) for the given datasets, devices and objective,
     labelled by `label_of`."""
@@ -428,13 +446,7 @@ def main(argv=None) -> int:
                               harness.find_graphs({**datasets, "large": large}), limit_of)
     summary = summary_rows(records)
     options_label = {json.dumps(o, sort_keys=True): label for label, o in variants.items()}
-    regal_key = json.dumps(regal_opts, sort_keys=True)
-
-    def table1_label(row):
-        if row["method"] == "regal":
-            return "**REGAL**" if row["options"] == regal_key else None
-        return "BRKGA-5K" if row["method"] == "brkga" else row["method"]
-
+    table1_label = table1_labeler(method_options, regal_opts)
     t1 = [r for r in metric_rows(summary, {"synth_test", "real"}, cfg["devices"], table1_label)
           if r["label"]]
     t3 = [r for r in metric_rows(summary, {"synth_test"}, cfg["devices"],

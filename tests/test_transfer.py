@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import experiment
 
@@ -97,3 +99,25 @@ def test_rerun_of_an_unknown_method_is_refused_before_any_work(tmp_path, capsys)
         transfer.main(["--quick", "--out", str(out), "--rerun", "brkga,nope"])
     assert exc.value.code == 2 and "'nope'" in capsys.readouterr().err
     assert (out / "records.jsonl").read_text() == '{"method": "brkga"}\n'   # nothing removed
+
+
+def test_tables_show_only_this_runs_settings():
+    """Records of an earlier schedule stay in the file but not in the tables: one row per
+    method, with the options the run gave it."""
+    polish = {"polish_share": 0.9, "fresh_climbs": 2, "race": [0.075, 0.225]}
+    regal = dict(polish, policy_dir="data/policy")
+    label = transfer.table1_labeler({"regal": regal, "seeded-brkga": polish,
+                                     "cpsat": {"time_limit": 2.0}}, regal)
+
+    def row(method, options):
+        return {"method": method, "options": json.dumps(options, sort_keys=True)}
+
+    assert label(row("regal", dict(regal))) == "**REGAL**"
+    assert label(row("regal", dict(regal, polish_share=0.8))) is None
+    assert label(row("seeded-brkga", {"race": [0.075, 0.225], "fresh_climbs": 2,
+                                      "polish_share": 0.9})) == "seeded-brkga"
+    assert label(row("seeded-brkga", {"fresh_share": 0.5, "polish_share": 0.8})) is None
+    assert label(row("cpsat", {"time_limit": 2.0})) == "cpsat"
+    assert label(row("cpsat", {"time_limit": 30.0})) is None
+    assert label(row("brkga", {})) == "BRKGA-5K" and label(row("local-search", {})) == "local-search"
+    assert label(row("local-search", {"batch_size": 8})) is None
