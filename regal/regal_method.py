@@ -49,8 +49,8 @@ UNIFORM_MUTANT_FRACTION = 0.5
 # share of the budget left to local search after BRKGA (0: BRKGA spends it all); the climbs
 # afresh from the heuristic starts that race the climb from BRKGA's best; and each round's
 # end, as a share of the polish budget per climb still in the race (3 climbs to 7.5%, the
-# better 2 to 22.5%, the best spends the other 55%; experiments/results/budget_schedules.md
-# compares the schedules)
+# better 2 to 22.5%, the leader spends the rest: 70% of it in all;
+# experiments/results/budget_schedules_race_*.md compare the schedules)
 POLISH_SHARE = 0.9
 FRESH_CLIMBS = 2
 RACE = (0.075, 0.225)
@@ -263,8 +263,9 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
     are paused and resumed (`baselines.local_search.Climb`), never restarted. Why: which
     basin ends best varies from run to run, one climb's early lead predicts it, and the
     winner gets most of the budget (experiments/results/budget_schedules.md). With
-    `time_left`, the seconds until the deadline that `should_stop` enforces, each round ends
-    by its share of the time too. The answer counts every evaluation; `extra` keeps
+    `time_left`, the seconds until the deadline that `should_stop` enforces, each climb's
+    turn ends by its share of the time left once the climbs are built (their heuristic starts
+    take time of their own) too. The answer counts every evaluation; `extra` keeps
     `found`'s and adds the polish's."""
     fresh_climbs, race = check_race(fresh_climbs, race)
     start = time.perf_counter()
@@ -275,13 +276,16 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
     deadline = None if time_left is None else start + float(time_left)
     best_so_far = [float(found.value)]
     climbs: list = []
+    raced_from = [start]       # the rounds share the time left once every climb is built
 
     def used_by_all() -> int:
         return sum(int(climb.used) for climb in climbs)
 
     def stop_at(share: float):
-        """`should_stop` for a round that ends at `share` of the budget (and of the time)."""
-        end = None if deadline is None else start + float(time_left) * share
+        """`should_stop` for a turn that ends at `share` of the budget, and of the time left
+        after the climbs were built (their heuristic starts take time of their own)."""
+        end = None if deadline is None else \
+            raced_from[0] + (deadline - raced_from[0]) * share
 
         def stop() -> bool:
             if should_stop is not None and should_stop():
@@ -306,6 +310,7 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
         if should_stop is not None and should_stop():
             break
         climbs.append(Climb(problem, first, seed + 1 + k, should_stop=should_stop))
+    raced_from[0] = time.perf_counter()
     alive = list(range(len(climbs)))
     allotted, before = 0.0, 0.0
     for share in race if len(climbs) > 1 else ():
@@ -328,6 +333,7 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
                  climbed_value=climbs[0].value,
                  lineage_values=[climb.value for climb in climbs],
                  lineage_evaluations=[int(climb.used) for climb in climbs],
+                 lineage_steps=[int(climb.steps) for climb in climbs],
                  polish_winner="climb" if best == 0 else f"fresh-{best}")
     return dataclasses.replace(better, evaluations=spent + used, method=found.method,
                                seed=seed, extra=extra)

@@ -116,7 +116,7 @@ class TrainConfig:
     pretrain_steps: int = 0          # the first this many steps are supervised
     augment: float = 0.0             # REINFORCE graphs' costs/sizes jittered (log-normal scale)
     # share of each rollout's budget left to local search from BRKGA's best, as in the `regal`
-    # method (without its fresh climb, which ignores the policy); 0: the rollout is BRKGA alone
+    # method (without the fresh climbs it races, which ignore the policy); 0: BRKGA alone
     polish_share: float = 0.0
     init_from: str | None = None     # policy folder whose weights start a new run (fine-tuning)
     progress: bool = True
