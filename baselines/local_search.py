@@ -52,9 +52,11 @@ import numpy as np
 from regal.decode import decode, encode, schedule_digests, split
 from regal.optimizers import Problem, Solution, score
 
-__all__ = ["solve", "Climb", "initial_solutions", "peak_facts", "HEURISTICS"]
+__all__ = ["solve", "Climb", "SEEDLESS", "initial_solutions", "peak_facts", "HEURISTICS"]
 
 HEURISTICS = ("gp-dfs", "m-topo", "m-etf")
+# heuristics whose answer does not depend on the seed: climbs of one problem may share them
+SEEDLESS = ("m-topo", "m-etf")
 # neighbours that repeat a scored schedule cost no evaluation but still take time: once this
 # many per evaluation of the budget were free, the search stops (checked between batches), so
 # one whose reachable schedules run out (tiny graphs) ends short of its budget
@@ -437,7 +439,7 @@ class _Search:
 
 
 def _heuristic_starts(problem: Problem, names, budget: int, seed: int, etf_max_ops: int,
-                      should_stop=None):
+                      should_stop=None, known: dict | None = None):
     """(chromosome, Solution, evaluations, name) of each registry heuristic within the budget
     (none more once `should_stop()` says so: a time limit ends the starts too).
 
@@ -452,7 +454,12 @@ def _heuristic_starts(problem: Problem, names, budget: int, seed: int, etf_max_o
             continue
         if budget < 1 or (should_stop is not None and should_stop()):
             break
-        found = run_method(name, problem, 1, seed)
+        if known is not None and name in SEEDLESS and name in known:
+            found = known[name]           # the same answer whatever the seed: not run again
+        else:
+            found = run_method(name, problem, 1, seed)
+            if known is not None and name in SEEDLESS:
+                known[name] = found
         used = max(1, int(found.evaluations))
         if used > budget:
             break
@@ -473,11 +480,15 @@ class Climb:
 
     The constructor scores the starts (model-free constructions, `initial`, then the
     registry's `heuristics`), at most `budget` evaluations; `solve` documents the options.
+    `known`, a dict shared by climbs of one problem, keeps the answers of the `SEEDLESS`
+    heuristics so that they run once (m-ETF takes a quarter second on 1,000 ops); each
+    climb still counts their evaluations, so sharing changes no answer.
     """
 
     def __init__(self, problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
                  patience: int | None = None, heuristics=HEURISTICS, etf_max_ops: int = 1000,
-                 directed: float = 0.85, initial=None, should_stop=None) -> None:
+                 directed: float = 0.85, initial=None, should_stop=None,
+                 known: dict | None = None) -> None:
         if int(budget) != budget or budget < 1:
             raise ValueError(f"budget must be a positive integer, got {budget}")
         if int(batch_size) != batch_size or batch_size < 1:
@@ -504,7 +515,7 @@ class Climb:
         starts, names = starts[:budget], names[:budget]
         scores, self.used = self._score(starts)
         for keys, found, cost, name in _heuristic_starts(problem, heuristics, budget - self.used,
-                                                         seed, etf_max_ops, should_stop):
+                                                         seed, etf_max_ops, should_stop, known):
             self.used += cost
             decoded = decode(keys, graph, devices)
             if np.array_equal(decoded[0], found.placement):

@@ -306,10 +306,12 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
     Climb = _local_search_module().Climb
     first = budget if not fresh_climbs else max(1, int(budget * race[0]))
     climbs.append(Climb(problem, first, seed, heuristics=(), initial=[found]))
+    known: dict = {}    # the seed-free heuristics' answers, run once for every fresh climb
     for k in range(fresh_climbs):
         if should_stop is not None and should_stop():
             break
-        climbs.append(Climb(problem, first, seed + 1 + k, should_stop=should_stop))
+        climbs.append(Climb(problem, first, seed + 1 + k, should_stop=should_stop,
+                            known=known))
     raced_from[0] = time.perf_counter()
     alive = list(range(len(climbs)))
     allotted, before = 0.0, 0.0

@@ -181,3 +181,25 @@ def test_the_default_schedule(problem, method):
     used, best = zip(*seen)
     assert list(used) == sorted(used) and used[-1] == 1000
     assert all(b >= a for a, b in zip(best[1:], best[:-1])) and best[-1] == found.value
+
+
+def test_fresh_climbs_run_the_seed_free_heuristics_once(problem, monkeypatch):
+    """m-topo and m-ETF give the same answer whatever the seed: the race's fresh climbs share
+    them (one run each), gp-dfs runs per climb, and the answer is what separate runs give."""
+    import regal.optimizers as optimizers
+    from baselines.local_search import SEEDLESS
+
+    start = solve("brkga", problem, 150, 2)
+    expected = polish(problem, start, 600, 5, fresh_climbs=2, race=(0.1, 0.3))
+    calls = []
+    real_solve = optimizers.solve
+
+    def counting_solve(method, *args, **kwargs):
+        calls.append(method)
+        return real_solve(method, *args, **kwargs)
+
+    monkeypatch.setattr(optimizers, "solve", counting_solve)
+    again = polish(problem, start, 600, 5, fresh_climbs=2, race=(0.1, 0.3))
+    assert sorted(calls) == sorted(["gp-dfs", "gp-dfs", *SEEDLESS])
+    assert again.extra["lineage_values"] == expected.extra["lineage_values"]
+    assert again.extra["lineage_evaluations"] == expected.extra["lineage_evaluations"]
