@@ -220,11 +220,12 @@ def test_a_warm_start_is_never_lost(seed):
 # schedules already scored are looked up, not evaluated again
 
 
-def test_no_schedule_is_evaluated_twice(monkeypatch):
+@pytest.fixture
+def evaluated(monkeypatch) -> list:
+    """Digests of every schedule the simulator evaluates during the test, in order."""
     import regal.sim
     from regal.decode import decode, schedule_digests
 
-    problem = PROBLEMS[0]
     seen = []
     real_evaluate = regal.sim.evaluate
 
@@ -233,28 +234,22 @@ def test_no_schedule_is_evaluated_twice(monkeypatch):
         return real_evaluate(graph, devices, keys, *args, **kwargs)
 
     monkeypatch.setattr(regal.sim, "evaluate", recording_evaluate)
+    return seen
+
+
+def test_no_schedule_is_evaluated_twice(evaluated):
+    problem, seen = PROBLEMS[0], evaluated
     found = local_search.solve(problem, 2000, 0, heuristics=())
     assert found.evaluations == len(seen) == 2000
     assert len(set(seen)) == len(seen)
     assert found.extra["repeats"] > 0            # repeats were proposed, and cost nothing
 
 
-def test_a_paused_climb_resumes_without_paying_again(monkeypatch):
+def test_a_paused_climb_resumes_without_paying_again(evaluated):
     """`Climb.run` in steps: each step stops at its budget, a schedule scored before the
     pause is never evaluated after it, the best only improves, and the answer is the
     simulator's verdict on the best chromosome."""
-    import regal.sim
-    from regal.decode import decode, schedule_digests
-
-    problem = PROBLEMS[0]
-    seen = []
-    real_evaluate = regal.sim.evaluate
-
-    def recording_evaluate(graph, devices, keys, *args, **kwargs):
-        seen.extend(schedule_digests(graph, *decode(np.atleast_2d(keys), graph, devices)))
-        return real_evaluate(graph, devices, keys, *args, **kwargs)
-
-    monkeypatch.setattr(regal.sim, "evaluate", recording_evaluate)
+    problem, seen = PROBLEMS[0], evaluated
     climb = local_search.Climb(problem, 1500, 3, heuristics=())
     values = []
     for target in (37, 400, 401, 1100, 1500):
