@@ -276,7 +276,7 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
     deadline = None if time_left is None else start + float(time_left)
     best_so_far = [float(found.value)]
     climbs: list = []
-    raced_from = [start]       # the rounds share the time left once every climb is built
+    raced_from = start         # the turns share the time left once every climb is built
 
     def used_by_all() -> int:
         return sum(int(climb.used) for climb in climbs)
@@ -284,8 +284,7 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
     def stop_at(share: float):
         """`should_stop` for a turn that ends at `share` of the budget, and of the time left
         after the climbs were built (their heuristic starts take time of their own)."""
-        end = None if deadline is None else \
-            raced_from[0] + (deadline - raced_from[0]) * share
+        end = None if deadline is None else raced_from + (deadline - raced_from) * share
 
         def stop() -> bool:
             if should_stop is not None and should_stop():
@@ -312,7 +311,7 @@ def polish(problem: Problem, found: Solution, budget: int, seed: int, *,
             break
         climbs.append(Climb(problem, first, seed + 1 + k, should_stop=should_stop,
                             known=known))
-    raced_from[0] = time.perf_counter()
+    raced_from = time.perf_counter()
     alive = list(range(len(climbs)))
     allotted, before = 0.0, 0.0
     for share in race if len(climbs) > 1 else ():
