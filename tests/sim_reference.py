@@ -234,6 +234,8 @@ def reference_objective(result, graph, count, memory_limit, bandwidth, latency, 
     limits = _limits(memory_limit, count)
     overflow = sum(max(0, p - lim) for p, lim in zip(result["peak"], limits))
     total_limit = sum(limits)
+    if total_limit == 0:        # every limit 0 and some overflow: infinitely far over
+        return float("inf")
     return (result["makespan"] * (1 + overflow / total_limit)
             + infeasible_offset(graph, count, bandwidth, latency))
 

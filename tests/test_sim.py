@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from regal.graph import GraphBuilder
+from regal.decode import num_genes
 from regal.sim import DeviceSpec, evaluate, infeasible_offset, simulate, trace
 
 
@@ -211,6 +212,19 @@ def test_memory_limit_and_makespan_objective():
     assert res.objective("makespan") == pytest.approx(53.0, rel=1e-12)
     with pytest.raises(ValueError, match="objective"):
         res.objective("latency")
+
+
+def test_makespan_objective_with_every_limit_zero_is_infinite_not_nan():
+    # free ops (cost 0: makespan 0) that hold memory, under limits of 0 bytes: every
+    # placement overflows, and 0 * (1 + overflow / 0) must not become NaN
+    g = _graph([("a", 0, 0, 0), ("b", 0, 0, 0)], [("b", "a", 0)], [("a", 8), ("b", 4)])
+    devices = DeviceSpec(2, memory_limit=[0, 0])
+    res = simulate(g, devices, [0, 0], [0, 0], [0, 0])
+    assert res.makespan == 0.0 and not res.feasible
+    assert res.objective("makespan") == float("inf")
+    keys = np.random.default_rng(0).random((5, num_genes(2, 2)))
+    values = evaluate(g, devices, keys, "makespan")
+    assert not np.isnan(values).any() and np.isinf(values).all()
 
 
 # ---------------------------------------------------------------------------

@@ -67,9 +67,10 @@ def objective_values(name: str, peaks: np.ndarray, makespans: np.ndarray,
         return makespans.copy()
     overflow = np.maximum(peaks - limits, 0).sum(axis=1)
     total = int(limits.sum())
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = overflow / total if total > 0 else np.where(overflow > 0, np.inf, 0.0)
-    penalised = makespans * (1.0 + ratio) + offset
+    if total > 0:
+        penalised = makespans * (1.0 + overflow / total) + offset
+    else:   # every limit 0: any overflow is infinitely far over (inf, not 0 * inf = NaN)
+        penalised = np.full(len(makespans), np.inf)
     return np.where(overflow == 0, makespans, penalised)
 
 
