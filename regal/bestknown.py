@@ -344,7 +344,8 @@ def improve(problem, seconds: float, seed: int = 0, incumbent=None, *,
         warm = None if fresh else [best.solution, *heuristics]
         began_round = _clock()
         solution = optimizers.solve("brkga", problem, budget, seed * 1000 + round_,
-                                    population_size=population_size, initial=warm)
+                                    population_size=population_size, initial=warm,
+                                    should_stop=lambda: _clock() >= deadline)
         elapsed = max(_clock() - began_round, 1e-6)
         rate = solution.evaluations / elapsed
         used += int(solution.evaluations)

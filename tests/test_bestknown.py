@@ -196,3 +196,24 @@ def test_build_with_a_limit_per_graph(tmp_path):
                          for name, limit in limits.items()}
     for (_, _, limit, _), entry in best.items():
         assert max(entry.peak) <= limit[0]
+
+
+def test_improve_stops_brkga_at_its_deadline(monkeypatch):
+    # a clock that advances 1 ms per chromosome scored: BRKGA's first round (2,000
+    # evaluations) alone would take 2 s, twice the 1 s asked for; it must stop within the
+    # generation that crosses the deadline
+    from regal import bestknown
+
+    now = [0.0]
+
+    class Timed(Problem):
+        def evaluate(self, keys):
+            now[0] += 0.001 * len(keys)
+            return super().evaluate(keys)
+
+    monkeypatch.setattr(bestknown, "_clock", lambda: now[0])
+    problem = Timed(random_graph(np.random.default_rng(5), 40), DeviceSpec(2))
+    found = bestknown.improve(problem, 1.0, seed=0, population_size=50)
+    assert 1.0 <= found["seconds"] <= 1.0 + 0.001 * 50 + 1e-9
+    assert found["solution"].value <= min(single_device(problem).value,
+                                          round_robin(problem).value)
