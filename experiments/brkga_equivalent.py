@@ -55,7 +55,7 @@ def targets(records_file: Path, policy=None) -> dict:
     `regal` runs only those of `policy` (a folder; None: any) and not an ablation variant (a
     records file may hold several policies' runs, e.g. Table 3's)."""
     found: dict = {}
-    for r in harness.load_records(records_file):
+    for r in harness.current_revisions(harness.load_records(records_file)):
         if r.get("status") != "ok" or r["budget"] != 5000 or \
                 r["method"] not in METHODS + ("brkga",):
             continue

@@ -38,7 +38,7 @@ def suspects(records_file: Path, method: str, policy, below: float, budget: int)
     "seeds": {seed: (brkga, method)}} where the method's mean improvement over the records'
     seeds is below `below` percent. Of `regal` runs only `policy`'s, no ablation variant."""
     runs: dict = {}
-    for r in harness.load_records(records_file):
+    for r in harness.current_revisions(harness.load_records(records_file)):
         if r.get("status") != "ok" or r["budget"] != budget or r["objective"] != "peak_memory" \
                 or r["memory_limit"] is not None or r["method"] not in ("brkga", method):
             continue

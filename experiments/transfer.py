@@ -18,8 +18,9 @@ Writes to experiments/results/transfer_quick/ (or transfer/):
               peak memory (a limit the best-known placement meets, that a careless one breaks);
               best-known = data/bestknown/synth_test_makespan.jsonl (built by `--makespan-store S`);
 - records.jsonl (harness records; a rerun resumes, reusing every stored run whose method,
-              options, graph, seed and budget match, whatever the code: after changing a
-              method, `--rerun METHOD[,...]` or `--rerun all` remakes its runs) and summary.json.
+              options, revision (`regal.optimizers.REVISIONS`), graph, seed and budget match:
+              a change to a method that alters its answers bumps its revision; `--rerun
+              METHOD[,...]` or `--rerun all` remakes runs anyway) and summary.json.
 """
 
 from __future__ import annotations
@@ -129,12 +130,13 @@ def makespan_limits(factor: float = MAKESPAN_FACTOR, stores=None):
 
 def current_records(records, entries, limit_of) -> list[dict]:
     """The records of the graphs as they are now (a rebuilt data/real/ leaves records of old
-    versions), makespan ones only under today's limit, each pointing at its graph file here
+    versions) and of each method's code as it is now (`harness.current_revisions`), makespan
+    ones only under today's limit, each pointing at its graph file here
     (matched by fingerprint: records made in another clone name that clone's paths, and the
     lower bounds and limits read the file)."""
     current = {e.fingerprint: e.path for e in entries}
     records = [dict(r, graph_path=current[r["fingerprint"]])
-               for r in records if r["fingerprint"] in current]
+               for r in harness.current_revisions(records) if r["fingerprint"] in current]
     return [r for r in records if r["objective"] != "makespan"
             or r["memory_limit"] == limit_of(r["graph_path"], r["devices"])]
 

@@ -24,12 +24,15 @@ from regal.workers import exit_with_parent, set_numba_threads
 __all__ = ["GRAPH_SUFFIXES", "RECORDS_FILE", "KEY_FIELDS", "Task", "GraphEntry", "RunSummary",
            "find_graphs", "check_grid", "make_tasks", "record_key", "run_task", "read_records",
            "load_records", "run_experiment", "software_version", "MAX_DEVICES", "MAX_BYTES",
-           "check_record", "skipped_lines", "WorkerDied", "forget_records"]
+           "check_record", "skipped_lines", "WorkerDied", "forget_records",
+           "current_revisions"]
 
 GRAPH_SUFFIXES = (".npz", ".pbtxt", ".pb")
 RECORDS_FILE = "records.jsonl"
 KEY_FIELDS = ("method", "dataset", "graph", "fingerprint", "seed", "budget", "devices",
-              "memory_limit", "objective", "options")
+              "memory_limit", "objective", "options", "revision")
+# a key field a record may lack (written before the field existed) and the value it means
+_KEY_DEFAULTS = {"options": "{}", "revision": ""}
 # Sane ceilings for what a user or a record may ask for: more devices than this is a typo
 # (a device count sizes per-device arrays, so 10**9 would try to allocate hundreds of GiB),
 # and a byte count above 2**62 cannot be summed in int64 without overflowing.
@@ -87,6 +90,7 @@ class Task:
     memory_limit: int | None = None
     objective: str = "peak_memory"
     options: str = "{}"  # canonical JSON of the method's keyword options
+    revision: str = ""    # the method's code revision (`regal.optimizers.REVISIONS`)
 
     def key(self) -> tuple:
         return tuple(getattr(self, name) for name in KEY_FIELDS)
@@ -215,6 +219,8 @@ def make_tasks(methods: Sequence[str], entries: Sequence[GraphEntry], **grid) ->
     if not entries:
         raise ValueError("graphs: no graphs to run")
     limit_of = g["memory_limits"] if callable(g["memory_limits"]) else None
+    from regal.optimizers import method_revision
+    revisions = {method: method_revision(method) for method in g["methods"]}
     tasks = []
     for entry in entries:
         limits = {d: g["memory_limits"] if limit_of is None else
@@ -229,7 +235,7 @@ def make_tasks(methods: Sequence[str], entries: Sequence[GraphEntry], **grid) ->
                             for seed in g["seeds"]:
                                 tasks.append(Task(method, entry.dataset, entry.name, entry.path,
                                                   entry.fingerprint, entry.ops, seed, budget, d,
-                                                  limit, objective, options))
+                                                  limit, objective, options, revisions[method]))
     return tasks
 
 
@@ -246,8 +252,17 @@ def _hashable(value):
 
 def record_key(record: Mapping) -> tuple:
     """The identity of a record: a rerun with the same key is skipped."""
-    return tuple(_hashable(record.get(name, "{}" if name == "options" else None))
-                 for name in KEY_FIELDS)
+    return tuple(_hashable(record.get(name, _KEY_DEFAULTS.get(name))) for name in KEY_FIELDS)
+
+
+def current_revisions(records: Iterable[Mapping]) -> list:
+    """The records made by the code each method has now: a record of a registered method
+    whose `revision` (none: "") is not the method's current one is left out. Why: a records
+    file keeps the runs of earlier code, which must not be mixed into today's tables."""
+    from regal.optimizers import METHODS, method_revision
+
+    return [r for r in records if r.get("method") not in METHODS
+            or r.get("revision", "") == method_revision(r["method"])]
 
 
 def _time_limit(options: dict, extra: dict):
@@ -378,6 +393,8 @@ def check_record(record) -> str | None:
             raise ValueError
     except (TypeError, ValueError, RecursionError):
         return f"'options': expected a JSON object as text, got {options!r:.40}"
+    if not isinstance(record.get("revision", ""), str):
+        return f"'revision': expected text, got {record['revision']!r:.40}"
     if record.get("graph_path") is not None and not isinstance(record["graph_path"], str):
         return f"'graph_path': expected a string, got {record['graph_path']!r:.40}"
     if record["status"] != "ok":
@@ -466,8 +483,9 @@ def read_records(path, skipped: dict | None = None, check: bool = False) -> list
 
 def forget_records(out, methods: Iterable[str]) -> int:
     """Removes the records of `methods` from `<out>/records.jsonl`, so the next run makes them
-    again; returns how many were removed. Why: a record's key names the method and its
-    options, not the code, so after a method's code changed its stored runs would be reused.
+    again; returns how many were removed. Why: a record's key names the method, its options
+    and its revision (`regal.optimizers.REVISIONS`), so a change of code that was not given a
+    new revision would have its stored runs reused.
     Every other line is kept as it is; the file is replaced atomically."""
     from regal.io import atomic_write_bytes
 

@@ -24,7 +24,8 @@ from regal.decode import decode, encode, num_genes, respect_colocation
 from regal.graph import ComputationGraph
 from regal.sim import DeviceSpec
 
-__all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "register", "get_method",
+__all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "REVISIONS", "register",
+           "method_revision", "get_method",
            "available_methods", "solve", "score", "single_device", "round_robin",
            "solve_brkga", "solve_random", "solution_record", "read_solution",
            "execution_order", "describe", "smallest_overflow", "check_time_limit",
@@ -254,9 +255,25 @@ METHODS: dict[str, Callable | str] = {
 }
 
 
-def register(name: str, method: Callable | str) -> None:
-    """Adds a method: a function, or a lazy "module:function" path."""
+# name -> revision of the method's code, "" when never revised. Bump a method's revision
+# when a change alters its answers for the same options and seed: the harness keys records
+# by it (`regal.harness.KEY_FIELDS`), so stored runs of the earlier code are run again
+# instead of being reused, and tables leave them out (`regal.harness.current_revisions`).
+REVISIONS: dict[str, str] = {}
+
+
+def register(name: str, method: Callable | str, revision: str = "") -> None:
+    """Adds a method: a function, or a lazy "module:function" path, and its code's revision
+    (`REVISIONS`)."""
+    if not isinstance(revision, str):
+        raise ValueError(f"revision: expected text, got {revision!r}")
     METHODS[name] = method
+    REVISIONS[name] = revision
+
+
+def method_revision(name: str) -> str:
+    """The revision of method `name`'s code ("" when never revised; `REVISIONS`)."""
+    return REVISIONS.get(name, "")
 
 
 def available_methods() -> list[str]:

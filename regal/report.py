@@ -25,7 +25,7 @@ import csv
 import io
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable
 
@@ -371,12 +371,18 @@ def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
     (`pool_memory_limits`, as in `summarize`).
     Returns {"markdown": text, "rows": [...], "files": [...], "skipped": [sentence per
     file with lines that are not compare records]}."""
-    from regal.harness import load_records, skipped_lines
+    from regal.harness import current_revisions, load_records, skipped_lines
 
     skipped: dict = {}  # lines that are not compare records: said once per file
     records = [r for r in load_records(results, skipped) if keep is None or keep(r)]
+    current = current_revisions(records)
+    stale = Counter(r["method"] for r in records) - Counter(r["method"] for r in current)
+    earlier = [f"{count} record(s) of {method} made by its earlier code (another revision) "
+               f"left out; `regal compare` remakes them" for method, count in sorted(stale.items())]
+    records = current
     if not records:
-        why = "" if not skipped else f" ({skipped_lines(skipped)[0]})"
+        why = "" if not (skipped or earlier) else \
+            f" ({(skipped_lines(skipped) + earlier)[0]})"
         raise ValueError(f"results: no records (*.jsonl) under {results}{why}")
     rows = summarize(records, baseline, best_known=best_known_values(best_known),
                      bounds=lower_bounds(records) if bounds else None, pool_limits=pool_limits)
@@ -401,4 +407,4 @@ def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
                              baseline_label=baseline_name(baseline))
             files.append(path)
     return {"markdown": markdown, "rows": rows, "files": [str(f) for f in files],
-            "skipped": skipped_lines(skipped)}
+            "skipped": skipped_lines(skipped) + earlier}

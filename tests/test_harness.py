@@ -350,6 +350,7 @@ BAD_LINES = [  # (line bytes, a word the reason must hold)
     (json.dumps(_good_record(seed=True)).encode(), "'seed'"),
     (json.dumps(_good_record(memory_limit=2**70)).encode(), "'memory_limit'"),
     (json.dumps(_good_record(options="[1")).encode(), "'options'"),
+    (json.dumps(_good_record(revision=2)).encode(), "'revision'"),
     (json.dumps(_good_record(value=None)).encode(), "'value'"),
     (json.dumps(_good_record(value=-1.0)).encode(), "'value'"),
     (json.dumps(_good_record(value=float("nan"))).encode(), "'value'"),
@@ -516,3 +517,43 @@ def test_a_bad_per_graph_limit_names_the_graph(graph_dir, tmp_path):
                                devices=2, memory_limits=lambda path, d: -1, workers=1,
                                progress=False)
     assert not (tmp_path / harness.RECORDS_FILE).exists()
+
+
+def test_a_revised_method_runs_again_and_its_earlier_records_leave_the_tables(graph_dir, tmp_path):
+    # the same name, options and seeds, new code: stored runs of the earlier revision are not
+    # reused, stay in the file, and neither `current_revisions` nor the report counts them
+    out = tmp_path / "out"
+    try:
+        optimizers.register("test-revised", optimizers.solve_random)
+        first = harness.run_experiment(["test-revised", "brkga"], graph_dir, out, seeds=1,
+                                       budgets=BUDGET, workers=1, progress=False)
+        assert (first.ran, first.skipped) == (8, 0)
+        records = _lines(out / harness.RECORDS_FILE)
+        assert {r["revision"] for r in records} == {""}
+        optimizers.register("test-revised", optimizers.solve_brkga, revision="2")
+        again = harness.run_experiment(["test-revised", "brkga"], graph_dir, out, seeds=1,
+                                       budgets=BUDGET, workers=1, progress=False)
+        assert (again.ran, again.skipped) == (4, 4)
+        records = _lines(out / harness.RECORDS_FILE)
+        assert len(records) == 12 and len({harness.record_key(r) for r in records}) == 12
+        current = harness.current_revisions(records)
+        assert Counter((r["method"], r.get("revision")) for r in current) == \
+            {("test-revised", "2"): 4, ("brkga", ""): 4}
+        # a record written before the field existed is revision ""
+        old = {k: v for k, v in records[0].items() if k != "revision"}
+        assert harness.record_key(old) == harness.record_key(records[0])
+        from regal.report import write_report
+        report = write_report(out, tmp_path / "report", chart=False, bounds=False)
+        runs = {r["method"]: r["runs"] for r in report["rows"]}
+        assert runs == {"brkga": 4, "test-revised": 4}
+        assert any("4 record(s) of test-revised made by its earlier code" in line
+                   for line in report["skipped"])
+        optimizers.register("test-revised", optimizers.solve_brkga, revision="3")
+        with pytest.raises(ValueError, match="earlier code"):
+            write_report(out, tmp_path / "report", chart=False, bounds=False,
+                         keep=lambda r: r["method"] == "test-revised")
+        with pytest.raises(ValueError, match="revision"):
+            optimizers.register("test-revised", optimizers.solve_brkga, revision=3)
+    finally:
+        optimizers.METHODS.pop("test-revised", None)
+        optimizers.REVISIONS.pop("test-revised", None)
