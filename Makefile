@@ -7,8 +7,9 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[ray,dev]'
+	# no pip cache: a fresh machine gains nothing from it, and it only takes disk
+	$(PY) -m pip install --quiet --no-cache-dir --upgrade pip
+	$(PY) -m pip install --quiet --no-cache-dir -e '.[ray,dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
