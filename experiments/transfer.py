@@ -150,21 +150,20 @@ def summary_rows(records) -> list[dict]:
                             bounds=report.lower_bounds(records), pool_limits=True)
 
 
-def table1_labeler(method_options: dict, regal_options: dict):
-    """The label of a summary row in Table 1, the large-graph and the makespan tables: REGAL
-    with this run's options, each other method with the options this run gives it, BRKGA-5K;
-    None leaves the row out. Records of other settings (an earlier schedule's, say) stay in
-    the records file, which is kept across runs, but not in the tables."""
+def table1_labeler(method_options: dict):
+    """The label of a summary row in Table 1, the large-graph and the makespan tables: each
+    method with the options this run gives it (`method_options`, REGAL's included; none:
+    {}), REGAL and BRKGA-5K named as such; None leaves the row out. Records of other
+    settings (an earlier schedule's, say) stay in the records file, which is kept across
+    runs, but not in the tables."""
     wanted = {method: json.dumps(options, sort_keys=True)
               for method, options in method_options.items()}
-    regal_key = json.dumps(regal_options, sort_keys=True)
+    names = {"regal": "**REGAL**", "brkga": "BRKGA-5K"}
 
     def label(row):
-        if row["method"] == "regal":
-            return "**REGAL**" if row["options"] == regal_key else None
         if row["options"] != wanted.get(row["method"], "{}"):
             return None
-        return "BRKGA-5K" if row["method"] == "brkga" else row["method"]
+        return names.get(row["method"], row["method"])
     return label
 
 
@@ -328,8 +327,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rerun", metavar="METHODS", default=None,
                         help="comma-separated methods (or 'all') whose stored records in the "
                         "results folder are removed first, so they run again: records are "
-                        "keyed by method and options, not by code, so do this after a "
-                        "method's code changed")
+                        "keyed by method, options and revision (regal.optimizers.REVISIONS), "
+                        "so do this after a change of code that kept its revision")
     parser.add_argument("--makespan", choices=("run", "skip"), default="run",
                         help="the running-time table (makespan.md; default run)")
     parser.add_argument("--makespan-store", type=float, metavar="SECONDS", default=0.0,
@@ -448,7 +447,7 @@ def main(argv=None) -> int:
                               harness.find_graphs({**datasets, "large": large}), limit_of)
     summary = summary_rows(records)
     options_label = {json.dumps(o, sort_keys=True): label for label, o in variants.items()}
-    table1_label = table1_labeler(method_options, regal_opts)
+    table1_label = table1_labeler(method_options)
     t1 = [r for r in metric_rows(summary, {"synth_test", "real"}, cfg["devices"], table1_label)
           if r["label"]]
     t3 = [r for r in metric_rows(summary, {"synth_test"}, cfg["devices"],

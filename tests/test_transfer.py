@@ -107,7 +107,7 @@ def test_tables_show_only_this_runs_settings():
     polish = {"polish_share": 0.9, "fresh_climbs": 2, "race": [0.075, 0.225]}
     regal = dict(polish, policy_dir="data/policy")
     label = transfer.table1_labeler({"regal": regal, "seeded-brkga": polish,
-                                     "cpsat": {"time_limit": 2.0}}, regal)
+                                     "cpsat": {"time_limit": 2.0}})
 
     def row(method, options):
         return {"method": method, "options": json.dumps(options, sort_keys=True)}
