@@ -213,7 +213,38 @@ def test_improve_stops_brkga_at_its_deadline(monkeypatch):
 
     monkeypatch.setattr(bestknown, "_clock", lambda: now[0])
     problem = Timed(random_graph(np.random.default_rng(5), 40), DeviceSpec(2))
-    found = bestknown.improve(problem, 1.0, seed=0, population_size=50)
-    assert 1.0 <= found["seconds"] <= 1.0 + 0.001 * 50 + 1e-9
+    # without the race, whose own first population is larger
+    found = bestknown.improve(problem, 1.0, seed=0, population_size=50, race=False)
+    assert 1.0 - 0.05 <= found["seconds"] <= 1.0 + 0.001 * 50 + 1e-9   # 0.05: no new step
     assert found["solution"].value <= min(single_device(problem).value,
                                           round_robin(problem).value)
+
+
+def test_improve_races_and_keeps_the_best_of_every_step(monkeypatch):
+    """Each portfolio round ends with a race (seeded BRKGA, its fresh climbs racing), at its
+    tuned budget and a seed of its own; the portfolio returns the best of every step."""
+    from regal import bestknown, optimizers
+
+    calls = []
+    solve = optimizers.solve
+
+    def spy(name, problem, budget, seed=0, **options):
+        found = solve(name, problem, budget, seed, **options)
+        calls.append((name, budget, seed, found.value))
+        return found
+
+    monkeypatch.setattr(optimizers, "solve", spy)
+    problem = Problem(random_graph(np.random.default_rng(8), 40), DeviceSpec(2))
+    found = bestknown.improve(problem, 3.0, seed=2)
+    races = [c for c in calls if c[0] == "seeded-brkga"]
+    assert races and all(budget == bestknown._RACE_BUDGET for _, budget, _, _ in races)
+    seeds = [seed for _, _, seed, _ in races]
+    assert len(set(seeds)) == len(seeds) and min(seeds) >= 2000 + bestknown._RACE_SEED
+    assert {"brkga", "local-search"} <= {c[0] for c in calls}
+    every = [c[3] for c in calls] + [single_device(problem).value, round_robin(problem).value]
+    assert found["solution"].value == min(every)
+    assert found["seconds"] <= 3.0 + 1.0    # the last race stops at the deadline
+
+    calls.clear()
+    bestknown.improve(problem, 1.0, seed=2, race=False)
+    assert calls and "seeded-brkga" not in {c[0] for c in calls}
