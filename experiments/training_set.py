@@ -31,6 +31,7 @@ from regal.io import load_graph, save_graph  # noqa: E402
 TRAIN_FAMILIES = ("densenet121", "efficientnetb0", "mobilenetv2", "nasnetmobile", "vgg16",
                   "transformer_decoder")
 HELD_OUT_FAMILIES = ("resnet50", "inceptionv3", "xception", "transformer_encoder")
+REAL_MAX_OPS = 3300  # the largest graphs of the training set (real: 3,242 ops; synthetic: 1,500)
 NET_SEED = 20261125  # apart from the REGAL split seeds
 NET_FAMILIES = ("cnn", "inception", "transformer")
 
@@ -83,7 +84,7 @@ def main(argv=None) -> int:
     parser.add_argument("--synth", type=int, default=200, help="REGAL-like train graphs")
     parser.add_argument("--net", type=int, default=40,
                         help="network-like inference graphs (half as many training steps)")
-    parser.add_argument("--real-max-ops", type=int, default=3300,
+    parser.add_argument("--real-max-ops", type=int, default=REAL_MAX_OPS,
                         help="largest data/real graph to include")
     args = parser.parse_args(argv)
     if args.synth < 1 or args.net < 1 or args.real_max_ops < 1:

@@ -18,13 +18,14 @@ line is cut (the harness's record writer), so a killed build loses at most the c
 `compact` rewrites the file with the best entry and the summed effort per key.
 
 The portfolio (`improve`) per graph: the stored best, every cheap heuristic (single device,
-round robin, m-topo, m-etf, gp-dfs), CP-SAT on graphs small enough for it, then rounds of
-BRKGA with large budgets, warm-started from the incumbent and the heuristics or restarted from
-scratch (every third round), each followed by a local-search polish of the incumbent when the
-local search accepts a start, and by a race: seeded BRKGA with its climbs afresh from the
-heuristic starts racing the one from its own best (`baselines.seeded_brkga`, a new seed each
-round). Without the race, single 5,000-evaluation runs of that schedule beat the store on most
-graphs: polishing one incumbent over and over stays in its basin, and fresh climbs leave it.
+round robin, m-topo, gp-dfs, m-etf up to 3,000 ops), CP-SAT on graphs small enough for it,
+then rounds of BRKGA with large budgets, warm-started from the incumbent and the heuristics or
+restarted from scratch (every third round), each followed by a local-search polish of the
+incumbent when the local search accepts a start, and by a race: seeded BRKGA with its climbs
+afresh from the heuristic starts racing the one from its own best (`baselines.seeded_brkga`,
+a new seed each round). Without the race, single 5,000-evaluation runs of that schedule beat
+the store on most graphs: polishing one incumbent over and over stays in its basin, and fresh
+climbs leave it.
 Every value is the simulator's score.
 
 Time is CPU time of the process doing the search (`time.process_time`, every thread of it),
@@ -51,6 +52,7 @@ __all__ = ["STORE_FORMAT", "Entry", "Store", "entry_key", "load_store", "improve
 STORE_FORMAT = "regal-bestknown/1"
 _CHUNK_SECONDS = 120.0  # longest portfolio run between two writes (what a kill can lose)
 _CPSAT_MAX_OPS = 60     # CP-SAT joins the portfolio below this many ops
+_ETF_MAX_OPS = 3000     # m-ETF's time grows about quadratically: ~8 s at 2,900 ops, every chunk
 _RACE_BUDGET = 5000     # evaluations of each race (the budget its schedule was tuned at)
 _BRKGA_SHARE = 0.3      # of the time left, a round's BRKGA step (and its polish: of what is
 _POLISH_SHARE = 0.3     # left then); the race then runs its budget, or to the deadline
@@ -289,6 +291,8 @@ def _heuristics(problem, seed: int) -> tuple[list, int]:
     found = [optimizers.single_device(problem), optimizers.round_robin(problem)]
     used = 2
     for name in ("m-topo", "m-etf", "gp-dfs"):
+        if name == "m-etf" and problem.graph.num_nodes > _ETF_MAX_OPS:
+            continue
         try:
             solution = optimizers.solve(name, problem, 1, seed)
         except Exception:  # a heuristic that cannot handle this problem is just left out

@@ -248,3 +248,15 @@ def test_improve_races_and_keeps_the_best_of_every_step(monkeypatch):
     calls.clear()
     bestknown.improve(problem, 1.0, seed=2, race=False)
     assert calls and "seeded-brkga" not in {c[0] for c in calls}
+
+
+def test_portfolio_skips_metf_on_large_graphs(monkeypatch):
+    # m-ETF's time grows about quadratically with the ops; above the limit it is left out
+    from regal import bestknown
+
+    problem = Problem(random_graph(np.random.default_rng(9), 40), DeviceSpec(2))
+    names = [s.method for s in bestknown._heuristics(problem, 0)[0]]
+    assert "m-etf" in names and "gp-dfs" in names
+    monkeypatch.setattr(bestknown, "_ETF_MAX_OPS", 39)
+    names = [s.method for s in bestknown._heuristics(problem, 0)[0]]
+    assert "m-etf" not in names and {"m-topo", "gp-dfs"} <= set(names)
