@@ -25,8 +25,7 @@ incumbent when the local search accepts a start, and by a race: seeded BRKGA wit
 afresh from the heuristic starts racing the one from its own best (`baselines.seeded_brkga`,
 a new seed each round). Without the race, single 5,000-evaluation runs of that schedule beat
 the store on most graphs: polishing one incumbent over and over stays in its basin, and fresh
-climbs leave it.
-Every value is the simulator's score.
+climbs leave it. Every value is the simulator's score.
 
 Time is CPU time of the process doing the search (`time.process_time`, every thread of it),
 not wall time: on a shared, loaded machine a wall-clock budget would buy less search, and the
