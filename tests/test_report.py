@@ -159,8 +159,10 @@ def test_best_known_store_bounds_and_paired_statistics():
     assert base["seed_spread_pct"] == pytest.approx(100 * (200 ** 0.5) / 110)
     assert m1["seed_spread_pct"] == 0.0
     assert m1["no_best_known"] == 1  # g3 has no store entry
+    assert m1["store_beaten"] == base["store_beaten"] == 1  # g2: brkga's 200 < the store's 250
     text = report.to_markdown(rows)
     assert "entries for 2 of 3 graphs" in text and "gap to lower bound" in text
+    assert "a record beats the store's entry on 1." in text
 
 
 # ---------------------------------------------------------------------------
@@ -193,7 +195,7 @@ def test_foreign_jsonl_files_leave_the_table_unchanged(tmp_path, capsys):
                         ("store.jsonl", "lines"), ("records.jsonl", "4 lines")):
         (line,) = [w for w in warnings if f"{name}: skipped" in w]
         assert count in line and "line 1" in line or name == "records.jsonl"
-    assert f"records.jsonl: skipped 4 lines" in got.err and "(first: line 15:" in got.err
+    assert "records.jsonl: skipped 4 lines" in got.err and "(first: line 15:" in got.err
 
 
 def test_only_foreign_files_is_an_error_naming_one(tmp_path, capsys):
