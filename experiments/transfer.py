@@ -11,8 +11,8 @@ Writes to experiments/results/transfer_quick/ (or transfer/):
 - table3.md   ablation: placement only / scheduling only / both, each with and without a
               learned elite bias. --quick switches heads off at inference on the shipped
               weights; the full run trains each variant (same settings as the shipped policy);
-- generalisation.md   graphs >= 10x larger than any graph of the shipped policy's training set
-              (<= 3,300 ops: 33,000-50,000 ops; --quick: 2,000-2,400, not 10x larger);
+- generalisation.md   graphs of 33,000-50,000 ops, >= 10x any graph of the shipped policy's
+              training set (<= 3,300 ops); --quick: 2,000-2,400 ops, not 10x larger;
 - timing.md   the policy's wall time against BRKGA's at 5K evaluations;
 - makespan.md the running-time objective on the synthetic test split: makespan with every
               device under a per-graph memory limit, MAKESPAN_FACTOR x the graph's best-known
@@ -59,8 +59,8 @@ MAKESPAN_STORE = REPO / "data" / "bestknown" / "synth_test_makespan.jsonl"
 SHIPPED_STEPS = 263  # the shipped policy stopped at step 263 (data/policy/README.md)
 QUICK = dict(test_graphs=10, real_graphs=4, large_graphs=2, large_ops=(2000, 2400), seeds=1,
              cpsat_time=2.0, devices=(2, 4), large_devices=(2,))
-FULL = dict(test_graphs=100, real_graphs=None, large_graphs=20, large_ops=(33000, 50000), seeds=3,
-            cpsat_time=10.0, devices=(2, 4), large_devices=(2, 4))
+FULL = dict(test_graphs=100, real_graphs=None, large_graphs=20, large_ops=(33000, 50000),
+            seeds=3, cpsat_time=10.0, devices=(2, 4), large_devices=(2, 4))
 
 
 # ---------------------------------------------------------------------------
