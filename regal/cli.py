@@ -552,7 +552,7 @@ def cmd_best_known(args) -> int:
     summary = build_store(args.graphs, args.out, devices=args.devices,
                           objective=args.objective, memory_limit=args.memory_limit,
                           time_per_graph=args.time_per_graph,
-                          time_per_kop=args.time_per_kop, seed=args.seed,
+                          time_per_kop=args.time_per_kop, seed=args.seed, extra=args.extra,
                           workers=args.workers, ray=args.ray, progress=not args.quiet)
     unit = format_bytes if args.objective == "peak_memory" else format_duration_us
     for graph, d, before, after in summary.rows:
@@ -799,6 +799,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="portfolio CPU seconds per graph and device count, in total over reruns")
     p.add_argument("--time-per-kop", type=float, default=0.0, metavar="SECONDS",
                    help="extra CPU seconds per 1,000 ops of the graph (default 0)")
+    p.add_argument("--extra", action="store_true",
+                   help="spend the time on every entry again, whatever it has had (default: "
+                        "top each entry up to that total)")
     p.add_argument("--out", required=True, metavar="STORE", help="store file (.jsonl)")
     p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--workers", type=positive_int, default=None,

@@ -104,6 +104,14 @@ def test_build_resumes_and_never_gets_worse(tmp_path):
     for key in best1:
         assert best2[key].value <= best1[key].value
         assert effort2[key] > effort1[key]
+    # extra: 1 s more on every key, though each has had more than that in total
+    extra = build_store([tmp_path], store, devices=[2], time_per_graph=1.0, extra=True,
+                        workers=1, progress=False)
+    assert extra.chunks == 2 and extra.skipped == 0
+    best3, effort3 = load_store(store)
+    for key in best2:
+        assert best3[key].value <= best2[key].value
+        assert effort3[key] >= effort2[key] + 0.9
 
 
 def test_build_with_a_pool_and_compact(tmp_path):
@@ -154,6 +162,13 @@ def test_cli_best_known(tmp_path):
                           "--workers", "1", "--quiet"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "small d=2" in run.stdout and "(new)" in run.stdout
+    spent = sum(load_store(store)[1].values())
+    again = subprocess.run([sys.executable, "-m", "regal.cli", "best-known", str(tmp_path),
+                            "--devices", "2", "--time-per-graph", "1", "--extra", "--out",
+                            str(store), "--workers", "1", "--quiet"],
+                           capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert "1 chunks run" in again.stdout and sum(load_store(store)[1].values()) >= spent + 0.9
     bad = subprocess.run([sys.executable, "-m", "regal.cli", "best-known", str(tmp_path),
                           "--devices", "2", "--time-per-graph", "0", "--out", str(store)],
                          capture_output=True, text=True)
