@@ -217,7 +217,7 @@ def markdown(rows, title, note="") -> str:
                 f"{_fmt(row['headroom_pct'], 1)} | {_fmt(row['mean_wall_s'], 2)} | "
                 f"{row['failed']} |")
         lines.append("")
-        beaten = max(row.get("store_beaten", 0) for row in group)
+        beaten = max(row["store_beaten"] for row in group)
         lines += [f"A run of this table beats the best-known store on {beaten} of {graphs} "
                   "graphs (best-known is that run's value there).", ""] if beaten else []
     return "\n".join(lines)

@@ -303,11 +303,11 @@ def _heuristics(problem, seed: int) -> tuple[list, int]:
 
 def improve(problem, seconds: float, seed: int = 0, incumbent=None, *,
             spent_before: float = 0.0, evaluations_before: int = 0,
-            population_size: int = 200, race: bool | None = None) -> dict:
+            population_size: int = 200, race: bool = True) -> dict:
     """Runs the portfolio for about `seconds` of CPU time and returns the best it found.
 
     `incumbent` is a Solution (the store's best) that the portfolio starts from. `race`:
-    whether each round ends with a race (default: when `seeded-brkga` is registered). Returns
+    whether each round ends with a race (seeded BRKGA). Returns
     {"solution", "found_by", "found_at" (seconds into the key's whole effort),
     "evaluations" (the key's total), "improved" (beat the incumbent), "log": [step lines]}.
     """
@@ -343,7 +343,6 @@ def improve(problem, seconds: float, seed: int = 0, incumbent=None, *,
 
     local_search = optimizers.get_method("local-search")
     polish = optimizers._accepts(local_search, "initial")
-    race = "seeded-brkga" in optimizers.available_methods() if race is None else race
     rate = None  # BRKGA's evaluations per second, measured on its first round
 
     def turn(share: float, cap: float) -> float:
