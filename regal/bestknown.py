@@ -468,10 +468,31 @@ def _graph_files(paths: Iterable) -> list[Path]:
     return files
 
 
+def record_store_key(record: dict) -> tuple:
+    """The store key of a harness record (its memory limit, one number, on every device)."""
+    d, limit = int(record["devices"]), record.get("memory_limit")
+    if limit is not None and np.isscalar(limit):
+        limit = [int(limit)] * d
+    return entry_key(record["fingerprint"], d, limit, record["objective"])
+
+
+def beaten_keys(records: Iterable[dict], store: "Store") -> set:
+    """Keys where some ok, feasible record's value is below the store's entry."""
+    keys = set()
+    for record in records:
+        if record.get("status") != "ok" or not record.get("feasible", True):
+            continue
+        key = record_store_key(record)
+        entry = store.best.get(key)
+        if entry is not None and float(record["value"]) < entry.value:
+            keys.add(key)
+    return keys
+
+
 def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
                 objective: str = "peak_memory", memory_limit=None,
                 time_per_graph: float = 60.0, time_per_kop: float = 0.0, seed: int = 0,
-                extra: bool = False,
+                extra: bool = False, beaten_by: Iterable[dict] | None = None,
                 workers: int | None = None,
                 ray: bool = False, progress: bool = True,
                 on_chunk: Callable[[dict], None] | None = None) -> BuildSummary:
@@ -479,6 +500,9 @@ def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
     portfolio time on every (graph, devices), minus what the store records as already spent
     (`extra=True`: that much more, whatever was spent), and keeps the store monotone (a
     large graph evaluates slowly, so it needs more time).
+    `beaten_by`: harness records (e.g. a transfer run's records.jsonl); when given, only the
+    keys that some ok, feasible record beats, or that the store lacks, get time (where the
+    store is weakest).
     `memory_limit`: None, bytes for every device, a per-device list, or a callable
     `(graph path, devices)` giving one of those per graph (e.g. above its best-known peak).
 
@@ -502,6 +526,7 @@ def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
         raise ValueError(f"workers: expected a positive count, got {workers}")
     files = _graph_files(graphs)
     store = Store(store_path)
+    wanted = None if beaten_by is None else beaten_keys(beaten_by, store)
     summary = BuildSummary()
     began = time.perf_counter()
     pending = []  # (job key, path, name, d, limit) still owed time
@@ -515,6 +540,9 @@ def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
                     else tuple(int(x) for x in limit)
             key = entry_key(fingerprint, d, limit, objective)
             summary.keys += 1
+            if wanted is not None and key not in wanted and key in store.best:
+                summary.skipped += 1
+                continue
             owed = (time_per_graph + time_per_kop * graph.num_nodes / 1000.0
                     - (0.0 if extra else store.effort.get(key, 0.0)))
             if owed < 1.0:

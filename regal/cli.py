@@ -549,7 +549,14 @@ def cmd_best_known(args) -> int:
         raise ValueError(f"--time-per-graph: expected a positive number of seconds, "
                          f"got {args.time_per_graph}")
     _check_output("--out", args.out)
+    beaten_by = None
+    if args.beaten_by is not None:
+        from regal.harness import load_records
+        if not os.path.isfile(args.beaten_by):
+            raise ValueError(f"--beaten-by: {args.beaten_by}: no such records file")
+        beaten_by = load_records(args.beaten_by)
     summary = build_store(args.graphs, args.out, devices=args.devices,
+                          beaten_by=beaten_by,
                           objective=args.objective, memory_limit=args.memory_limit,
                           time_per_graph=args.time_per_graph,
                           time_per_kop=args.time_per_kop, seed=args.seed, extra=args.extra,
@@ -802,6 +809,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extra", action="store_true",
                    help="spend the time on every entry again, whatever it has had (default: "
                         "top each entry up to that total)")
+    p.add_argument("--beaten-by", metavar="RECORDS",
+                   help="harness records file (e.g. a transfer run's records.jsonl): only the "
+                        "entries some record there beats, and those the store lacks, get time")
     p.add_argument("--out", required=True, metavar="STORE", help="store file (.jsonl)")
     p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--workers", type=positive_int, default=None,

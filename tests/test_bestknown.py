@@ -275,3 +275,59 @@ def test_portfolio_skips_metf_on_large_graphs(monkeypatch):
     monkeypatch.setattr(bestknown, "_ETF_MAX_OPS", 39)
     names = [s.method for s in bestknown._heuristics(problem, 0)[0]]
     assert "m-etf" not in names and {"m-topo", "gp-dfs"} <= set(names)
+
+
+def test_build_beaten_by_runs_only_the_keys_a_record_beats(tmp_path):
+    """With records, only the entries a record beats (and missing ones) get time."""
+    from regal.bestknown import beaten_keys, record_store_key
+
+    g1, _ = _graph_file(tmp_path, 61, 12, name="one")
+    g2, _ = _graph_file(tmp_path, 62, 12, name="two")
+    store = tmp_path / "bk.jsonl"
+    build_store([tmp_path], store, devices=[2], time_per_graph=1.2, workers=1, progress=False)
+    best, effort = load_store(store)
+    key1 = entry_key(g1.fingerprint(), 2, None, "peak_memory")
+    key2 = entry_key(g2.fingerprint(), 2, None, "peak_memory")
+
+    def record(graph, value, **fields):
+        return dict(dict(fingerprint=graph.fingerprint(), devices=2, memory_limit=None,
+                         objective="peak_memory", status="ok", feasible=True, value=value),
+                    **fields)
+    records = [record(g1, best[key1].value - 1),               # beats graph one's entry
+               record(g2, best[key2].value),                   # equals: beats nothing
+               record(g2, best[key2].value - 1, status="error"),
+               record(g2, best[key2].value - 1, feasible=False)]
+    assert record_store_key(records[0]) == key1
+    assert beaten_keys(records, Store(store)) == {key1}
+    summary = build_store([tmp_path], store, devices=[2], time_per_graph=1.2, extra=True,
+                          beaten_by=records, workers=1, progress=False)
+    assert summary.chunks == 1 and summary.skipped == 1
+    after = load_store(store)[1]
+    assert after[key1] >= effort[key1] + 1.0 and after[key2] == effort[key2]
+    # a limit given as one number is every device's
+    limited = record(g1, 5.0, memory_limit=1000)
+    assert record_store_key(limited) == entry_key(g1.fingerprint(), 2, [1000, 1000], "peak_memory")
+
+
+def test_cli_best_known_beaten_by(tmp_path):
+    """--beaten-by reads a harness records file; records that beat nothing leave every entry
+    alone, and a missing file is a user error (exit 2)."""
+    from regal.harness import run_experiment
+
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    _graph_file(graphs, 71, 12, name="small")
+    store = tmp_path / "bk.jsonl"
+    build_store([graphs], store, devices=[2], time_per_graph=1.2, workers=1, progress=False)
+    run_experiment(["m-topo"], {"g": graphs}, tmp_path / "runs", devices=[2], seeds=1,
+                   budgets=1, workers=1, progress=False)
+    records = tmp_path / "runs" / "records.jsonl"
+    assert records.is_file()
+    cli = [sys.executable, "-m", "regal.cli", "best-known", str(graphs), "--devices", "2",
+           "--time-per-graph", "1", "--extra", "--out", str(store), "--workers", "1", "--quiet"]
+    run = subprocess.run(cli + ["--beaten-by", str(records)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "1 already had the time, 0 chunks run" in run.stdout
+    bad = subprocess.run(cli + ["--beaten-by", str(tmp_path / "none.jsonl")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "none.jsonl" in bad.stderr and "Traceback" not in bad.stderr
