@@ -1,0 +1,116 @@
+"""Two methods against BRKGA-5K and against each other, over many seeds (no_harm.py's caches).
+
+Why: with 3 seeds a graph's mean moves by about a point from luck, so "method A is ahead of
+method B by 0.2 points" means little. `experiments/no_harm.py --below inf --seeds N` runs a
+method and BRKGA on every graph of a transfer run with seeds 0..N-1; this reads two such
+caches and prints, per dataset and device count: each method's mean and median improvement
+over BRKGA-5K (per graph: mean over the seeds, the transfer tables' rule), the mean of their
+per-graph difference with its standard error over graphs, the graphs where each is ahead, and
+the two-sided Wilcoxon signed-rank p of the per-graph values (scipy).
+
+    python experiments/paired_seeds.py experiments/results/real_seeds10/regal.jsonl \\
+        experiments/results/real_seeds10/seeded-brkga.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def read_cache(path: Path) -> tuple[str, dict]:
+    """(method, {(dataset, devices, graph): {seed: (brkga, value)}}) of one no_harm cache."""
+    runs: dict = defaultdict(dict)
+    methods = set()
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+            _, graph, dataset, devices = row["key"]
+            runs[(dataset, int(devices), graph)][int(row["seed"])] = (float(row["brkga"]),
+                                                                     float(row["value"]))
+            methods.add(row["method"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"{path}:{n}: not a no_harm.py cache line ({exc})")
+    if len(methods) != 1:
+        raise SystemExit(f"{path}: expected the runs of one method, found {sorted(methods)}")
+    return methods.pop(), dict(runs)
+
+
+def improvement(pairs) -> float:
+    """(mean BRKGA - mean method) / mean BRKGA over the seeds, in %."""
+    base = statistics.fmean(b for b, _ in pairs)
+    return 100.0 * (base - statistics.fmean(v for _, v in pairs)) / base
+
+
+def compare(first: dict, second: dict) -> list[dict]:
+    """One row per (dataset, devices): the graphs and seeds both caches hold."""
+    groups: dict = defaultdict(list)
+    for key in sorted(set(first) & set(second)):
+        seeds = sorted(set(first[key]) & set(second[key]))
+        # the same seed must have given the same BRKGA run in both caches
+        seeds = [s for s in seeds if first[key][s][0] == second[key][s][0]]
+        if seeds:
+            groups[key[:2]].append((improvement([first[key][s] for s in seeds]),
+                                    improvement([second[key][s] for s in seeds]), len(seeds)))
+    rows = []
+    for (dataset, devices), values in sorted(groups.items()):
+        a = [x for x, _, _ in values]
+        b = [y for _, y, _ in values]
+        diff = [x - y for x, y in zip(a, b)]
+        se = statistics.stdev(diff) / len(diff) ** 0.5 if len(diff) > 1 else float("nan")
+        rows.append(dict(dataset=dataset, devices=devices, graphs=len(values),
+                         seeds=min(s for _, _, s in values), mean_a=statistics.fmean(a),
+                         median_a=statistics.median(a), mean_b=statistics.fmean(b),
+                         median_b=statistics.median(b), diff=statistics.fmean(diff), se=se,
+                         a_ahead=sum(d > 0 for d in diff), b_ahead=sum(d < 0 for d in diff),
+                         p=_wilcoxon(a, b)))
+    return rows
+
+
+def _wilcoxon(a, b) -> float | None:
+    from scipy.stats import wilcoxon
+
+    if len(a) < 2 or all(x == y for x, y in zip(a, b)):
+        return None
+    return float(wilcoxon(a, b).pvalue)
+
+
+def markdown(name_a: str, name_b: str, rows: list[dict]) -> str:
+    lines = [f"| dataset | devices | graphs | seeds | {name_a}: mean / median | "
+             f"{name_b}: mean / median | {name_a} - {name_b} (SE) | graphs ahead "
+             f"{name_a} / {name_b} | Wilcoxon p |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        p = "–" if r["p"] is None else f"{r['p']:.3f}"
+        lines.append(f"| {r['dataset']} | {r['devices']} | {r['graphs']} | {r['seeds']} | "
+                     f"{r['mean_a']:+.2f}% / {r['median_a']:+.2f}% | "
+                     f"{r['mean_b']:+.2f}% / {r['median_b']:+.2f}% | "
+                     f"{r['diff']:+.2f} ({r['se']:.2f}) | {r['a_ahead']} / {r['b_ahead']} | {p} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("first", type=Path, help="no_harm.py cache of the first method")
+    parser.add_argument("second", type=Path, help="no_harm.py cache of the second method")
+    args = parser.parse_args(argv)
+    for path in (args.first, args.second):
+        if not path.is_file():
+            parser.error(f"{path}: no such file")
+    name_a, first = read_cache(args.first)
+    name_b, second = read_cache(args.second)
+    rows = compare(first, second)
+    if not rows:
+        print("the two caches share no graph and seed", file=sys.stderr)
+        return 2
+    print("Improvement over BRKGA-5K of the same seeds (per graph: mean over seeds).\n")
+    print(markdown(name_a, name_b, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
