@@ -12,7 +12,8 @@ Writes to experiments/results/transfer_quick/ (or transfer/):
               learned elite bias. --quick switches heads off at inference on the shipped
               weights; the full run trains each variant (same settings as the shipped policy);
 - generalisation.md   graphs of 33,000-50,000 ops, >= 10x any graph of the shipped policy's
-              training set (<= 3,300 ops); --quick: 2,000-2,400 ops, not 10x larger;
+              training set (<= 3,300 ops): random DAGs, network-like inference graphs and
+              network-like training steps (LARGE_SPLITS); --quick: 2,000-2,400 ops, not 10x;
 - timing.md   the policy's wall time against BRKGA's at 5K evaluations;
 - makespan.md the running-time objective on the synthetic test split: makespan with every
               device under a per-graph memory limit, MAKESPAN_FACTOR x the graph's best-known
@@ -71,6 +72,26 @@ FULL = dict(test_graphs=100, real_graphs=None, large_graphs=2, large_ops=(33000,
 def synth_split(recipe, folder: Path) -> Path:
     synth.materialize(recipe, folder, progress=False)
     return folder
+
+
+# the generalisation splits: random DAGs, and graphs like the networks users bring (the
+# training set's network-like families), inference graphs and training steps apart
+LARGE_SPLITS = {  # dataset -> (families, training steps?, recipe seed)
+    "large": ("random", False, 20240610),
+    "large_net": (("cnn", "inception", "transformer"), False, 20240611),
+    "large_net_train": (("cnn", "inception", "transformer"), True, 20240612),
+}
+LARGE_NOTE = ("Datasets: `large` random DAGs (the REGAL-like family); `large_net` inference "
+              "graphs and `large_net_train` training steps (forward, backward and updates) of "
+              "the network-like families (CNN, inception, transformer), which the training set "
+              "holds at 150-1,500 ops.")
+
+
+def large_split_recipes(count: int, ops: tuple[int, int]) -> dict:
+    """Dataset name -> the recipe of its `count` graphs of `ops[0]`-`ops[1]` ops."""
+    return {name: synth.custom_recipe(count, *ops, seed=seed, family=families,
+                                      training=training, name=name)
+            for name, (families, training, seed) in LARGE_SPLITS.items()}
 
 
 def real_subset(count: int | None, folder: Path) -> Path:
@@ -372,14 +393,18 @@ def main(argv=None) -> int:
                        graphs_dir / f"real_heldout_{cfg['real_graphs'] or 'all'}")
     datasets = {"synth_test": test, "real": real} if cfg["real_graphs"] != 0 else \
         {"synth_test": test}
-    large_recipe = synth.custom_recipe(cfg["large_graphs"], *cfg["large_ops"], seed=20240610,
-                                       family="random", name="large")
     # named by size too: --quick and the full run draw their large graphs from other ranges
-    large = synth_split(large_recipe, graphs_dir / "large_{}_{}-{}".format(
-        cfg["large_graphs"], *cfg["large_ops"]))
+    large_recipes = large_split_recipes(cfg["large_graphs"], cfg["large_ops"])
+    large_sets = {name: synth_split(recipe, graphs_dir / "{}_{}_{}-{}".format(
+        name, cfg["large_graphs"], *cfg["large_ops"]))
+        for name, recipe in large_recipes.items()}
     # the full run's large graphs are >= 10x the largest training graph; --quick's are smaller
     # (a 40,000-op graph takes about a minute per 5,000 evaluations) and its table says so
+    large_recipe = large_recipes["large"]
     assert args.quick or large_recipe.min_ops >= 10 * TRAIN_MAX_OPS
+    # training steps land within a few percent of the size asked for: check the graphs
+    assert args.quick or all(load_graph(path).num_nodes >= 10 * TRAIN_MAX_OPS
+                             for folder in large_sets.values() for path in folder.glob("*.npz"))
 
     methods = [m for m in optimizers.available_methods() if m != "regal"]
     if args.methods:
@@ -433,7 +458,7 @@ def main(argv=None) -> int:
         harness.run_experiment(["regal"], {"synth_test": test}, out, devices=list(cfg["devices"]),
                                method_options={"regal": options}, **common)
     # generalisation to >= 10x larger graphs
-    harness.run_experiment(["brkga", "regal"], {"large": large}, out,
+    harness.run_experiment(["brkga", "regal"], large_sets, out,
                            devices=list(cfg["large_devices"]),
                            method_options={"regal": regal_opts}, **common)
 
@@ -451,7 +476,7 @@ def main(argv=None) -> int:
                                method_options=method_options, **common)
 
     records = current_records(harness.load_records(out),
-                              harness.find_graphs({**datasets, "large": large}), limit_of)
+                              harness.find_graphs({**datasets, **large_sets}), limit_of)
     summary = summary_rows(records)
     options_label = {json.dumps(o, sort_keys=True): label for label, o in variants.items()}
     table1_label = table1_labeler(method_options)
@@ -461,7 +486,7 @@ def main(argv=None) -> int:
                                  lambda r: options_label.get(r["options"]) if r["method"] == "regal"
                                  else ("BRKGA-5K (reference)" if r["method"] == "brkga" else None))
           if r["label"]]
-    gen = [r for r in metric_rows(summary, {"large"}, cfg["large_devices"], table1_label)
+    gen = [r for r in metric_rows(summary, set(large_sets), cfg["large_devices"], table1_label)
            if r["label"]]
     running = [r for r in metric_rows(summary, {"synth_test"}, cfg["devices"], table1_label,
                                       objective="makespan") if r["label"]]
@@ -482,7 +507,7 @@ def main(argv=None) -> int:
               + f". Run {'--quick' if args.quick else 'full'}: {cfg['test_graphs']} synthetic "
               f"test graphs, {cfg['real_graphs'] if cfg['real_graphs'] is not None else 'all'} "
               f"real graphs of the held-out families ({', '.join(HELD_OUT_FAMILIES)}), "
-              f"{cfg['large_graphs']} large graphs; baselines: "
+              f"{cfg['large_graphs']} large graphs per generalisation split; baselines: "
               f"{', '.join(baselines_run)}. Improvement = mean over graphs of "
               f"(BRKGA-5K - method) / BRKGA-5K; p = two-sided Wilcoxon signed-rank test on the "
               f"per-graph objectives vs BRKGA-5K; best-known = the shipped store of long "
@@ -495,7 +520,8 @@ def main(argv=None) -> int:
     (out / "generalisation.md").write_text(markdown(
         gen, f"Generalisation to larger graphs ({large_recipe.min_ops:,}-"
         f"{large_recipe.max_ops:,} ops; {large_recipe.min_ops / TRAIN_MAX_OPS:.1f}x or more the "
-        f"training set's largest, <= {TRAIN_MAX_OPS:,} ops)", header) + "\n")
+        f"training set's largest, <= {TRAIN_MAX_OPS:,} ops)",
+        header + " " + LARGE_NOTE) + "\n")
     (out / "makespan.md").write_text(markdown(
         running, "Running time under memory limits (synthetic test split)",
         f"Objective: makespan with every device under a memory limit of {MAKESPAN_FACTOR:g} x "

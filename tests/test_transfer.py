@@ -121,3 +121,27 @@ def test_tables_show_only_this_runs_settings():
     assert label(row("cpsat", {"time_limit": 30.0})) is None
     assert label(row("brkga", {})) == "BRKGA-5K" and label(row("local-search", {})) == "local-search"
     assert label(row("local-search", {"batch_size": 8})) is None
+
+
+def test_generalisation_splits_are_random_dags_and_network_inference_and_training_steps():
+    """The full run's large splits are >= 10x the training set; the network-like ones hold
+    no random DAG, the training-step split holds gradients and updates, inference has none."""
+    from regal import synth
+
+    full = transfer.large_split_recipes(2, transfer.FULL["large_ops"])
+    assert set(full) == {"large", "large_net", "large_net_train"}
+    assert all(r.min_ops >= 10 * transfer.TRAIN_MAX_OPS for r in full.values())
+    assert full["large"].families == ("random",)
+    assert "random" not in full["large_net"].families and not full["large_net"].training
+    assert full["large_net_train"].training
+    # the graphs themselves, at --quick's sizes (cheap to build)
+    quick = transfer.large_split_recipes(1, transfer.QUICK["large_ops"])
+    kinds = {}
+    for name, recipe in quick.items():
+        graph = synth.graph_at(recipe, 0)
+        assert recipe.min_ops * 0.97 <= graph.num_nodes <= recipe.max_ops * 1.03
+        kinds[name] = {str(t) for t in graph.op_types}
+    assert kinds["large"] == {""}                       # random DAGs carry no op types
+    backward = {t for t in kinds["large_net_train"] if t.endswith("Grad") or t.startswith("Apply")}
+    assert backward
+    assert not {t for t in kinds["large_net"] if t.endswith("Grad") or t.startswith("Apply")}
