@@ -445,7 +445,8 @@ class BuildSummary:
     keys: int = 0
     chunks: int = 0
     improved: int = 0
-    skipped: int = 0
+    skipped: int = 0        # keys that already had the time asked for
+    not_beaten: int = 0     # keys left alone because no record beats them (`beaten_by`)
     seconds: float = 0.0
     rows: list = field(default_factory=list)  # (graph, devices, value before, value after)
 
@@ -541,7 +542,7 @@ def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
             key = entry_key(fingerprint, d, limit, objective)
             summary.keys += 1
             if wanted is not None and key not in wanted and key in store.best:
-                summary.skipped += 1
+                summary.not_beaten += 1
                 continue
             owed = (time_per_graph + time_per_kop * graph.num_nodes / 1000.0
                     - (0.0 if extra else store.effort.get(key, 0.0)))

@@ -569,7 +569,8 @@ def cmd_best_known(args) -> int:
             ("unchanged" if after >= before else f"{(before - after) / before:+.2%} better")
         print(f"  {graph} d={d}: {unit(after)} ({change})")
     print(f"{summary.keys} graph x device entries: {summary.skipped} already had the time, "
-          f"{summary.chunks} chunks run, {summary.improved} improvements in "
+          + (f"{summary.not_beaten} not beaten by a record, " if beaten_by is not None else "")
+          + f"{summary.chunks} chunks run, {summary.improved} improvements in "
           f"{summary.seconds:.0f} s; store {args.out}")
     return 0
 

@@ -301,7 +301,7 @@ def test_build_beaten_by_runs_only_the_keys_a_record_beats(tmp_path):
     assert beaten_keys(records, Store(store)) == {key1}
     summary = build_store([tmp_path], store, devices=[2], time_per_graph=1.2, extra=True,
                           beaten_by=records, workers=1, progress=False)
-    assert summary.chunks == 1 and summary.skipped == 1
+    assert summary.chunks == 1 and summary.not_beaten == 1 and summary.skipped == 0
     after = load_store(store)[1]
     assert after[key1] >= effort[key1] + 1.0 and after[key2] == effort[key2]
     # a limit given as one number is every device's
@@ -327,7 +327,7 @@ def test_cli_best_known_beaten_by(tmp_path):
            "--time-per-graph", "1", "--extra", "--out", str(store), "--workers", "1", "--quiet"]
     run = subprocess.run(cli + ["--beaten-by", str(records)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert "1 already had the time, 0 chunks run" in run.stdout
+    assert "0 already had the time, 1 not beaten by a record, 0 chunks run" in run.stdout
     bad = subprocess.run(cli + ["--beaten-by", str(tmp_path / "none.jsonl")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "none.jsonl" in bad.stderr and "Traceback" not in bad.stderr
