@@ -23,20 +23,24 @@ from pathlib import Path
 
 
 def read_cache(path: Path) -> tuple[str, dict]:
-    """(method, {(dataset, devices, graph): {seed: (brkga, value)}}) of one no_harm cache."""
+    """(method, {(dataset, devices, graph, fingerprint): {seed: (brkga, value)}}) of one
+    no_harm cache; ValueError unless it holds the runs of one method at one budget."""
     runs: dict = defaultdict(dict)
-    methods = set()
+    methods, budgets = set(), set()
     for n, line in enumerate(path.read_text().splitlines(), 1):
         try:
             row = json.loads(line)
-            _, graph, dataset, devices = row["key"]
-            runs[(dataset, int(devices), graph)][int(row["seed"])] = (float(row["brkga"]),
-                                                                     float(row["value"]))
+            fingerprint, graph, dataset, devices = row["key"]
+            runs[(dataset, int(devices), graph, fingerprint)][int(row["seed"])] = (
+                float(row["brkga"]), float(row["value"]))
             methods.add(row["method"])
+            budgets.add(int(row["budget"]))
         except (ValueError, KeyError, TypeError) as exc:
-            raise SystemExit(f"{path}:{n}: not a no_harm.py cache line ({exc})")
+            raise ValueError(f"{path}:{n}: not a no_harm.py cache line ({exc})") from None
     if len(methods) != 1:
-        raise SystemExit(f"{path}: expected the runs of one method, found {sorted(methods)}")
+        raise ValueError(f"{path}: expected the runs of one method, found {sorted(methods)}")
+    if len(budgets) != 1:
+        raise ValueError(f"{path}: expected the runs of one budget, found {sorted(budgets)}")
     return methods.pop(), dict(runs)
 
 
@@ -101,8 +105,12 @@ def main(argv=None) -> int:
     for path in (args.first, args.second):
         if not path.is_file():
             parser.error(f"{path}: no such file")
-    name_a, first = read_cache(args.first)
-    name_b, second = read_cache(args.second)
+    try:
+        name_a, first = read_cache(args.first)
+        name_b, second = read_cache(args.second)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     rows = compare(first, second)
     if not rows:
         print("the two caches share no graph and seed", file=sys.stderr)

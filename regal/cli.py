@@ -552,9 +552,12 @@ def cmd_best_known(args) -> int:
     beaten_by = None
     if args.beaten_by is not None:
         from regal.harness import load_records
-        if not os.path.isfile(args.beaten_by):
-            raise ValueError(f"--beaten-by: {args.beaten_by}: no such records file")
-        beaten_by = load_records(args.beaten_by)
+        if not os.path.exists(args.beaten_by):
+            raise ValueError(f"--beaten-by: {args.beaten_by}: no such file or folder")
+        beaten_by = load_records(args.beaten_by)   # a records file, or a folder of them
+        if not beaten_by:
+            raise ValueError(f"--beaten-by: {args.beaten_by} holds no harness records (a "
+                             "results folder or its records.jsonl)")
     summary = build_store(args.graphs, args.out, devices=args.devices,
                           beaten_by=beaten_by,
                           objective=args.objective, memory_limit=args.memory_limit,
@@ -811,7 +814,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="spend the time on every entry again, whatever it has had (default: "
                         "top each entry up to that total)")
     p.add_argument("--beaten-by", metavar="RECORDS",
-                   help="harness records file (e.g. a transfer run's records.jsonl): only the "
+                   help="harness records (a results folder or its records.jsonl): only the "
                         "entries some record there beats, and those the store lacks, get time")
     p.add_argument("--out", required=True, metavar="STORE", help="store file (.jsonl)")
     p.add_argument("--seed", type=non_negative_int, default=0)

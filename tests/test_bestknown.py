@@ -328,6 +328,17 @@ def test_cli_best_known_beaten_by(tmp_path):
     run = subprocess.run(cli + ["--beaten-by", str(records)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "0 already had the time, 1 not beaten by a record, 0 chunks run" in run.stdout
+    # a record below the store's entry: that entry gets the time
+    value = load_store(store)[0].popitem()[1].value
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    records.write_text("".join(json.dumps(dict(r, value=value - 1)) + "\n" for r in lines))
+    run = subprocess.run(cli + ["--beaten-by", str(tmp_path / "runs")], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+    assert "0 not beaten by a record, 1 chunks run" in run.stdout
+    # a file of no harness records (the store itself) is refused, not read as "none beaten"
+    wrong = subprocess.run(cli + ["--beaten-by", str(store)], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "holds no harness records" in wrong.stderr
     bad = subprocess.run(cli + ["--beaten-by", str(tmp_path / "none.jsonl")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "none.jsonl" in bad.stderr and "Traceback" not in bad.stderr

@@ -38,11 +38,16 @@ def test_two_caches_compared_by_hand(tmp_path, capsys):
     assert "| synth | 2 | 2 | 2 | +6.00% / +6.00% | +7.00% / +7.00% | -1.00 (3.00) | 1 / 1 |" in out
 
 
-def test_a_cache_of_two_methods_is_refused(tmp_path):
-    mixed = tmp_path / "mixed.jsonl"
-    write(mixed, "regal", [("g1", 0, 100.0, 90.0)])
-    with mixed.open("a") as fh:
-        fh.write(json.dumps({"key": ["fp", "g2", "synth", 2], "seed": 0, "method": "brkga",
-                             "budget": 5000, "brkga": 1.0, "value": 1.0}) + "\n")
-    with pytest.raises(SystemExit, match="one method"):
-        paired.read_cache(mixed)
+def test_a_cache_of_two_methods_or_budgets_is_refused(tmp_path, capsys):
+    for field, other, what in (("method", "brkga", "one method"), ("budget", 500, "one budget")):
+        mixed = tmp_path / f"mixed_{field}.jsonl"
+        write(mixed, "regal", [("g1", 0, 100.0, 90.0)])
+        line = {"key": ["fp-g2", "g2", "synth", 2], "seed": 0, "method": "regal",
+                "budget": 5000, "brkga": 1.0, "value": 1.0}
+        with mixed.open("a") as fh:
+            fh.write(json.dumps(dict(line, **{field: other})) + "\n")
+        with pytest.raises(ValueError, match=what):
+            paired.read_cache(mixed)
+        # the command line says so and exits 2
+        assert paired.main([str(mixed), str(mixed)]) == 2
+        assert what in capsys.readouterr().err
