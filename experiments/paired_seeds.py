@@ -21,6 +21,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from no_harm import improvement  # noqa: E402  the transfer tables' per-graph rule
+
 
 def read_cache(path: Path) -> tuple[str, dict]:
     """(method, {(dataset, devices, graph, fingerprint): {seed: (brkga, value)}}) of one
@@ -42,12 +45,6 @@ def read_cache(path: Path) -> tuple[str, dict]:
     if len(budgets) != 1:
         raise ValueError(f"{path}: expected the runs of one budget, found {sorted(budgets)}")
     return methods.pop(), dict(runs)
-
-
-def improvement(pairs) -> float:
-    """(mean BRKGA - mean method) / mean BRKGA over the seeds, in %."""
-    base = statistics.fmean(b for b, _ in pairs)
-    return 100.0 * (base - statistics.fmean(v for _, v in pairs)) / base
 
 
 def compare(first: dict, second: dict) -> list[dict]:

@@ -60,8 +60,14 @@ _clock = time.process_time  # the portfolio's budget is CPU seconds (see the doc
 
 
 def entry_key(fingerprint: str, devices: int, memory_limit, objective: str) -> tuple:
-    """The key of a store entry (memory_limit: None, or a list of per-device bytes)."""
-    limit = None if memory_limit is None else tuple(int(x) for x in memory_limit)
+    """The key of a store entry (memory_limit: None, a list of per-device bytes, or one
+    number of bytes for every device, as harness records hold it)."""
+    if memory_limit is None:
+        limit = None
+    elif np.isscalar(memory_limit):
+        limit = (int(memory_limit),) * int(devices)
+    else:
+        limit = tuple(int(x) for x in memory_limit)
     return (str(fingerprint), int(devices), limit, str(objective))
 
 
@@ -470,11 +476,9 @@ def _graph_files(paths: Iterable) -> list[Path]:
 
 
 def record_store_key(record: dict) -> tuple:
-    """The store key of a harness record (its memory limit, one number, on every device)."""
-    d, limit = int(record["devices"]), record.get("memory_limit")
-    if limit is not None and np.isscalar(limit):
-        limit = [int(limit)] * d
-    return entry_key(record["fingerprint"], d, limit, record["objective"])
+    """The store key of a harness record."""
+    return entry_key(record["fingerprint"], record["devices"], record.get("memory_limit"),
+                     record["objective"])
 
 
 def beaten_keys(records: Iterable[dict], store: "Store") -> set:

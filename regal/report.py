@@ -100,9 +100,7 @@ def store_key(setting: tuple, fingerprint: str) -> tuple:
     """A record's (setting, fingerprint) as a best-known store key."""
     from regal.bestknown import entry_key
     objective, devices, limit = setting
-    limits = None if limit is None else \
-        (list(limit) if isinstance(limit, (list, tuple)) else [int(limit)] * devices)
-    return entry_key(fingerprint, devices, limits, objective)
+    return entry_key(fingerprint, devices, limit, objective)
 
 
 def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
