@@ -6,7 +6,8 @@ method and BRKGA on every graph of a transfer run with seeds 0..N-1; this reads 
 caches and prints, per dataset and device count: each method's mean and median improvement
 over BRKGA-5K (per graph: mean over the seeds, the transfer tables' rule), the mean of their
 per-graph difference with its standard error over graphs, the graphs where each is ahead, and
-the two-sided Wilcoxon signed-rank p of the per-graph values (scipy).
+the two-sided Wilcoxon signed-rank p of the per-graph values (the tables' rule,
+`regal.report.wilcoxon_p`).
 
     python experiments/paired_seeds.py experiments/results/real_seeds10/regal.jsonl \\
         experiments/results/real_seeds10/seeded-brkga.jsonl
@@ -23,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from no_harm import improvement  # noqa: E402  the transfer tables' per-graph rule
+from regal.report import wilcoxon_p  # noqa: E402  (no_harm put the repository on the path)
 
 
 def read_cache(path: Path) -> tuple[str, dict]:
@@ -68,16 +70,8 @@ def compare(first: dict, second: dict) -> list[dict]:
                          median_a=statistics.median(a), mean_b=statistics.fmean(b),
                          median_b=statistics.median(b), diff=statistics.fmean(diff), se=se,
                          a_ahead=sum(d > 0 for d in diff), b_ahead=sum(d < 0 for d in diff),
-                         p=_wilcoxon(a, b)))
+                         p=wilcoxon_p(a, b)))
     return rows
-
-
-def _wilcoxon(a, b) -> float | None:
-    from scipy.stats import wilcoxon
-
-    if len(a) < 2 or all(x == y for x, y in zip(a, b)):
-        return None
-    return float(wilcoxon(a, b).pvalue)
 
 
 def markdown(name_a: str, name_b: str, rows: list[dict]) -> str:

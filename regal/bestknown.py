@@ -540,10 +540,8 @@ def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
         fingerprint = graph.fingerprint()
         for d in devices:
             limit = memory_limit(path, d) if callable(memory_limit) else memory_limit
-            if limit is not None:
-                limit = tuple([int(limit)] * d) if np.isscalar(limit) \
-                    else tuple(int(x) for x in limit)
             key = entry_key(fingerprint, d, limit, objective)
+            limit = key[2]            # per-device bytes (or None), as the job takes them
             summary.keys += 1
             if wanted is not None and key not in wanted and key in store.best:
                 summary.not_beaten += 1

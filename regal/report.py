@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Iterable
 
 __all__ = ["BASELINE", "CSV_FIELDS", "baseline_name", "pool_memory_limits", "summarize",
-           "to_markdown", "to_csv", "write_report"]
+           "wilcoxon_p", "to_markdown", "to_csv", "write_report"]
 
 BASELINE = ("brkga", 5000)  # BRKGA-5K: method brkga at a budget of 5,000 evaluations
 CSV_FIELDS = ("objective", "devices", "memory_limit", "dataset", "method", "budget", "options",
@@ -75,7 +75,7 @@ def _relative(numer_base: float, numer_sub: float, denom: float) -> float | None
     return None if math.isnan(ratio) else ratio
 
 
-def _wilcoxon(base: list[float], mine: list[float]) -> float | None:
+def wilcoxon_p(base: list[float], mine: list[float]) -> float | None:
     """Two-sided Wilcoxon signed-rank p over paired per-graph values (None: nothing to test)."""
     diffs = [a - b for a, b in zip(base, mine) if a != b]
     if len(diffs) < 2:
@@ -187,7 +187,7 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
         is_base = (method, budget, options) == tuple(baseline) + ("{}",)
         wins = None if is_base or not shared else sum(mine[fp] < base[fp] for fp in shared)
         losses = None if is_base or not shared else sum(mine[fp] > base[fp] for fp in shared)
-        p_value = None if is_base else _wilcoxon([base[fp] for fp in shared],
+        p_value = None if is_base else wilcoxon_p([base[fp] for fp in shared],
                                                  [mine[fp] for fp in shared])
         rows.append(dict(
             objective=objective, devices=devices, memory_limit=limit, dataset=dataset,
