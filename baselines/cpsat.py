@@ -82,6 +82,12 @@ duration of at least one tick (see the objectives). Constraints:
   sequences only: every activity lasts 1 slot and all activities share one no-overlap; the
   optimum is independent of the real durations. (tests/test_baselines.py checks it against an
   exhaustive search over placements x global activity orders.)
+- memory limits: the model keeps those that change the ranking (`regal.sim.ranking_limits`:
+  not one limit for every device under peak memory, which ranks solutions as no limit
+  does, nor limits above every byte of the graph). Under peak memory
+  with such limits the cumulative model is used, with `peak[k] <= memory_limit[k]` added;
+  if the limits cannot be met, the model is re-solved without them and `status` says
+  "INFEASIBLE".
 - objective `makespan`: minimise the last end time subject to `peak[k] <= memory_limit[k]`;
   durations are the real ones, scaled to integer ticks (at least 1 tick each, so zero-cost
   ops still occupy their memory for an instant). If the limits cannot be met, the model is
@@ -139,6 +145,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from regal.optimizers import Problem, Solution, score
+from regal.sim import DeviceSpec, ranking_limits
 
 __all__ = ["solve", "lower_bound", "closed_form_bound", "best_heuristic", "build_model",
            "build_sequence_model", "CpModelHandles"]
@@ -215,9 +222,15 @@ def _colocation(graph) -> tuple[np.ndarray, np.ndarray]:
     return leader, pinned
 
 
+def _model_limits(problem: Problem) -> np.ndarray | None:
+    """The memory limits the model keeps: those that change the ranking."""
+    return ranking_limits(problem.graph, problem.devices, problem.objective)
+
+
 def _symmetric(problem: Problem) -> bool:
-    """Devices are interchangeable: equal limits and no op pinned to a device."""
-    limits = problem.devices.limits
+    """Devices are interchangeable: equal limits (of those the model keeps) and no op pinned
+    to a device."""
+    limits = _model_limits(problem)
     if limits is not None and not bool(np.all(limits == limits[0])):
         return False
     return not bool((_colocation(problem.graph)[1] >= 0).any())
@@ -366,10 +379,17 @@ def build_model(problem: Problem) -> CpModelHandles:
                 int(size[t]) for t in graph.outputs(v) if alias[t] < 0)
             for k in range(d):
                 m.add(target >= persistent[k] + here).only_enforce_if(x[v][k])
+        limits = _model_limits(problem)
         for k in range(d):
             cap = m.new_int_var(0, total, f"cap{k}")
-            m.add(cap == target - persistent[k])
             m.add(target >= persistent[k])
+            if limits is None:
+                m.add(cap == target - persistent[k])
+            else:  # below the peak and below the device's own limit
+                cap_k = int(limits[k]) // unit  # floor: demands are whole units
+                m.add(persistent[k] <= cap_k)
+                m.add(cap <= target - persistent[k])
+                m.add(cap <= cap_k - persistent[k])
             items = mem_items[k]
             if items:
                 m.add_cumulative([iv for iv, _ in items], [dm for _, dm in items], cap)
@@ -379,7 +399,7 @@ def build_model(problem: Problem) -> CpModelHandles:
             m.add(target >= end[v])
         for (t, k), ts in tr_start.items():
             m.add(target >= ts + int(tr_dur[t])).only_enforce_if(tr_present[t, k])
-        limits = devices.limits
+        limits = _model_limits(problem)
         if limits is not None:
             for k in range(d):
                 cap_k = int(limits[k]) // unit  # floor: demands are whole units
@@ -886,7 +906,8 @@ def _priorities(solver, handles: CpModelHandles, graph, d: int):
 
 
 def _build(problem: Problem, formulation: str) -> CpModelHandles:
-    if problem.objective != "peak_memory" or formulation == "cumulative":
+    if problem.objective != "peak_memory" or formulation == "cumulative" \
+            or _model_limits(problem) is not None:  # only this one keeps per-device limits
         return build_model(problem)
     graph, d = problem.graph, problem.devices.count
     activities = graph.num_nodes + d * graph.num_tensors
@@ -1053,11 +1074,12 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
                          num_workers, reproducible)
         infeasible = run.status == cp_model.INFEASIBLE
         extra["model_objective_name"] = problem.objective
-        if infeasible and problem.objective == "makespan":
+        if infeasible:
             # the limits cannot be met: the least-memory answer is the next best thing
             extra["infeasible_status"] = _STATUS[run.status]
             extra["model_objective_name"] = "peak_memory"
-            fallback = Problem(graph, devices, "peak_memory")
+            fallback = Problem(graph, DeviceSpec(devices.count, None, devices.bandwidth,
+                                                 devices.latency), "peak_memory")
             run = _run_model(fallback, formulation, hint, hint_trace, time_limit,
                              max(deadline, time.perf_counter() + _MIN_SOLVE * time_limit),
                              seed, num_workers, reproducible)

@@ -11,8 +11,8 @@ tensors live on it at one instant, a few percent of the ops. So:
    budget; `m-etf` is skipped above `etf_max_ops` ops, where its own pure-Python run
    takes longer than the whole search).
 2. Trace the incumbent (`regal.sim.trace`; it re-runs a solution already evaluated, so it is
-   not a new evaluation) and find the device and instant of the peak (for `makespan`, the
-   device whose peak is furthest over its limit, or the busiest device when all fit), and the
+   not a new evaluation) and find the device and instant of the peak (the device whose
+   peak is furthest over its limit, or the busiest device when all fit), and the
    tensor copies live there then, weighted by their bytes, plus the ops whose persistent or
    temporary memory counts there.
 3. Draw a batch of neighbours aimed at that instant: move a live tensor's producer together
@@ -21,7 +21,8 @@ tensors live on it at one instant, a few percent of the ops. So:
    around the peak, move a heavy persistent op; or change the order on the peak device: run
    a consumer of a live tensor earlier (it frees the tensor sooner) or its producer later
    (it allocates later), by a jump of random length in that device's execution order. Moves
-   go to the device with the lowest peak, sometimes to a random one. A quarter of the
+   go to the device with the lowest peak (while a device is over its limit: the one with
+   the most room below its own), sometimes to a random one. A quarter of the
    neighbours combine two or three such changes (some optima need two at once, e.g. a
    producer and its consumer), and a share of uniformly random neighbours (one op moved,
    two priorities swapped) keeps some exploration.
@@ -50,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 
 from regal.decode import decode, encode, schedule_digests, split
-from regal.optimizers import Problem, Solution, score
+from regal.optimizers import Problem, Solution, roomiest_device, score
 
 __all__ = ["solve", "Climb", "SEEDLESS", "initial_solutions", "peak_facts", "HEURISTICS"]
 
@@ -99,12 +100,13 @@ def _conforming(graph, placement: np.ndarray) -> np.ndarray:
 
 
 def initial_solutions(problem: Problem) -> np.ndarray:
-    """Chromosomes of the model-free starts: memory-balanced topological runs, one device."""
+    """Chromosomes of the model-free starts: memory-balanced topological runs, and every op
+    on the roomiest device (`regal.optimizers.roomiest_device`)."""
     graph, d = problem.graph, problem.devices.count
     priority = _ranks(graph.topo_order)
     runs = encode(_conforming(graph, _balanced_runs(graph, d)), priority, priority, d)
-    single = encode(_conforming(graph, np.zeros(graph.num_nodes, np.int32)), priority,
-                    priority, d)
+    one = np.full(graph.num_nodes, roomiest_device(problem), np.int32)
+    single = encode(_conforming(graph, one), priority, priority, d)
     return np.stack([runs, single]) if d > 1 else single[None, :]
 
 
@@ -151,8 +153,10 @@ class PeakFacts:
 
 
 def _critical_device(problem: Problem, peaks: np.ndarray) -> int:
+    """The device furthest over its limit while one is over (under one limit for every
+    device that is the busiest one, so such a limit changes no move), else the busiest."""
     limits = problem.devices.limits
-    if problem.objective == "makespan" and limits is not None and (peaks > limits).any():
+    if limits is not None and (peaks > limits).any():
         return int(np.argmax(peaks - limits))
     return int(np.argmax(peaks))
 
@@ -229,6 +233,8 @@ class _Search:
         self.graph = graph
         self.n = graph.num_nodes
         self.d = problem.devices.count
+        limits = problem.devices.limits
+        self.limits = None if limits is None else limits.astype(np.float64)
         self.rng = rng
         n = self.n
         leaders = getattr(graph, "colocation", None)
@@ -265,11 +271,15 @@ class _Search:
         return True
 
     def _target(self, avoid: int) -> int:
-        """The device with the lowest peak (ties: lowest id), sometimes a random other one."""
+        """The device with the lowest peak (ties: lowest id), sometimes a random other one;
+        while a device is over its limit, the one with the most room below its limit (under
+        one limit for every device that is the lowest peak again)."""
         peaks = self.facts.peaks.astype(np.float64).copy()
         if self.rng.random() < 0.3:
             others = [k for k in range(self.d) if k != avoid]
             return int(others[int(self.rng.integers(len(others)))])
+        if self.limits is not None and (peaks > self.limits).any():
+            peaks -= self.limits
         peaks[avoid] = np.inf
         return int(np.argmin(peaks))
 

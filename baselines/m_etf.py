@@ -9,9 +9,10 @@ the transfer time (latency + size / bandwidth) of each input produced on another
 (its static level), then the lower op id, then the lower device.
 
 Memory is Baechi's static accounting: an op charges its persistent and temporary memory and
-its non-alias outputs to its device for good. The capacity of a device is its memory limit;
-without limits it is (1 + slack) x total / d when the objective is peak memory (so the
-placer balances memory) and unbounded for makespan. When no device has room for a ready op,
+its non-alias outputs to its device for good. The capacity of a device is (1 + slack) x
+total / d when the objective is peak memory (so the placer balances memory) and unbounded
+for makespan; when that answer does not fit the memory limits, it runs again with each
+device's limit as its capacity and keeps the better answer. When no device has room for a ready op,
 it may go to the devices with the most room left. Priorities follow the scheduled starts.
 
 Colocation groups: the first op of a group to be scheduled chooses the group's device (a
@@ -59,21 +60,24 @@ def _input_delays(graph, devices) -> list[list[tuple[int, float]]]:
     return [sorted(dl.items()) for dl in delay]
 
 
-def capacities(problem: Problem, slack: float) -> np.ndarray:
+def capacities(problem: Problem, slack: float, limits=None) -> np.ndarray:
+    """Each device's capacity: `limits` when given, else the limit-free capacity."""
     devices = problem.devices
-    if devices.limits is not None:
-        return devices.limits.astype(np.float64)
+    if limits is not None:
+        return np.asarray(limits, np.float64)
     if problem.objective == "makespan":
         return np.full(devices.count, np.inf)
     return np.full(devices.count, (1.0 + slack) * _op_memory(problem.graph).sum() / devices.count)
 
 
-def schedule(problem: Problem, slack: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
-    """(placement, start time of every op in ETF's own schedule)."""
+def schedule(problem: Problem, slack: float = 0.1,
+             limits=None) -> tuple[np.ndarray, np.ndarray]:
+    """(placement, start time of every op in ETF's own schedule), for capacities `limits`
+    (default: the limit-free ones)."""
     graph = problem.graph
     n, d = graph.num_nodes, problem.devices.count
     memory = _op_memory(graph)
-    capacity = capacities(problem, slack)
+    capacity = capacities(problem, slack, limits)
     level = _static_level(graph)
     inputs = _input_delays(graph, problem.devices)
     missing = np.diff(graph.pred_ptr).astype(np.int64)
@@ -116,19 +120,35 @@ def schedule(problem: Problem, slack: float = 0.1) -> tuple[np.ndarray, np.ndarr
     return placement, start
 
 
-def solve(problem: Problem, budget: int, seed: int = 0, *, slack: float = 0.1,
-          progress=None) -> Solution:
-    """Schedules with m-ETF, scores once (evaluations = 1; `seed` is unused)."""
-    if int(budget) != budget or budget < 1:
-        raise ValueError(f"budget must be a positive integer, got {budget}")
-    if not slack >= 0:
-        raise ValueError(f"slack must be >= 0, got {slack}")
+def _scheduled(problem: Problem, slack: float, limits) -> dict:
     graph = problem.graph
     n = graph.num_nodes
-    placement, start = schedule(problem, slack)
+    placement, start = schedule(problem, slack, limits)
     placement = respect_colocation(graph, placement)  # already conforming: a safety net
     order = np.lexsort((np.arange(n), start))
     priority = np.empty(n)
     priority[order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
-    return Solution(**score(problem, placement, priority, priority), evaluations=1,
-                    method="m-etf", seed=seed)
+    return score(problem, placement, priority, priority)
+
+
+def solve(problem: Problem, budget: int, seed: int = 0, *, slack: float = 0.1,
+          progress=None) -> Solution:
+    """Schedules with m-ETF's limit-free capacities; when that answer does not fit the
+    limits that rank solutions (`regal.sim.ranking_limits`) and the budget allows a second
+    evaluation, schedules again with the limits as capacities and keeps the better (ties:
+    the first). So a limit that the first answer meets changes nothing, and a limit never
+    makes the answer worse by the objective (`seed` is unused)."""
+    from regal.sim import ranking_limits
+
+    if int(budget) != budget or budget < 1:
+        raise ValueError(f"budget must be a positive integer, got {budget}")
+    if not slack >= 0:
+        raise ValueError(f"slack must be >= 0, got {slack}")
+    found, used = _scheduled(problem, slack, None), 1
+    limits = ranking_limits(problem.graph, problem.devices, problem.objective)
+    if limits is not None and not found["feasible"] and budget >= 2:
+        bounded = _scheduled(problem, slack, limits)
+        used += 1
+        if bounded["value"] < found["value"]:
+            found = bounded
+    return Solution(**found, evaluations=used, method="m-etf", seed=seed)

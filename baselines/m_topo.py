@@ -4,8 +4,9 @@ Why: Baechi's simplest placer and a fast, model-free baseline. Reimplemented fro
 paper's description: walk the ops in topological order and fill device 0 until its memory
 share is used, then device 1, and so on; the last device takes what is left. An op's memory
 is what it holds statically in Baechi's accounting: persistent memory, temporary memory and
-the bytes of its non-alias outputs. The share of a device is total memory / d, or the
-device's memory limit when that is smaller. Priorities follow the same topological order.
+the bytes of its non-alias outputs. The share of a device is total memory / d; when that
+answer does not fit the memory limits, the walk runs again with each share capped by its
+device's limit and the better answer is kept. Priorities follow the same topological order.
 
 A colocation group is placed as one unit when the walk meets its first op: its whole
 memory decides where it fits, and its later ops follow it; a pinned group goes to its pin
@@ -30,19 +31,19 @@ def op_memory(graph) -> np.ndarray:
     return out + graph.temporary_memory.astype(np.int64) + graph.persistent_memory.astype(np.int64)
 
 
-def shares(graph, devices) -> np.ndarray:
-    """Per-device memory share: total / d, capped by the device's limit."""
+def shares(graph, devices, limits=None) -> np.ndarray:
+    """Per-device memory share: total / d, capped by `limits` when given."""
     d = devices.count
     share = np.full(d, op_memory(graph).sum() / d)
-    if devices.limits is not None:
-        share = np.minimum(share, devices.limits)
+    if limits is not None:
+        share = np.minimum(share, limits)
     return share
 
 
-def place(graph, devices) -> np.ndarray:
+def place(graph, devices, limits=None) -> np.ndarray:
     """Device of every op: consecutive runs of the topological order, one share each."""
     memory = op_memory(graph)
-    share = shares(graph, devices)
+    share = shares(graph, devices, limits)
     d = devices.count
     leader, pinned = graph.colocation, graph.pinned
     group_memory = np.zeros(graph.num_nodes, np.int64)  # a free op is its own group
@@ -57,21 +58,37 @@ def place(graph, devices) -> np.ndarray:
         if group_device[group] >= 0:  # the group was placed by an earlier op, or pinned
             placement[v] = group_device[group]
             continue
-        if k < d - 1 and used > 0 and used + group_memory[group] > share[k]:
-            k, used = k + 1, 0
+        while k < d - 1 and (used > 0 or share[k] <= 0) and used + group_memory[group] > share[k]:
+            k, used = k + 1, 0  # the next device; one whose share is 0 takes nothing
         placement[v] = group_device[group] = k
         used += group_memory[group]
     return placement
 
 
 def solve(problem: Problem, budget: int, seed: int = 0, progress=None) -> Solution:
-    """Places, orders topologically, scores once (evaluations = 1; `seed` is unused)."""
+    """Places with shares total / d, orders topologically, scores; when that answer does not
+    fit the limits that rank solutions (`regal.sim.ranking_limits`) and the budget allows a
+    second evaluation, places again with shares capped by the limits and keeps the better
+    (ties: the first). So a limit that the first answer meets changes nothing, and a limit
+    never makes the answer worse by the objective (`seed` is unused)."""
+    from regal.sim import ranking_limits
+
     if int(budget) != budget or budget < 1:
         raise ValueError(f"budget must be a positive integer, got {budget}")
     graph = problem.graph
     n = graph.num_nodes
     priority = np.empty(n)
     priority[graph.topo_order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
-    placement = respect_colocation(graph, place(graph, problem.devices))
-    return Solution(**score(problem, placement, priority, priority), evaluations=1,
-                    method="m-topo", seed=seed, extra={"share": shares(graph, problem.devices).tolist()})
+
+    def placed(limits) -> dict:
+        placement = respect_colocation(graph, place(graph, problem.devices, limits))
+        return dict(score(problem, placement, priority, priority),
+                    extra={"share": shares(graph, problem.devices, limits).tolist()})
+    found, used = placed(None), 1
+    limits = ranking_limits(problem.graph, problem.devices, problem.objective)
+    if limits is not None and not found["feasible"] and budget >= 2:
+        capped = placed(limits)
+        used += 1
+        if capped["value"] < found["value"]:
+            found = capped
+    return Solution(**found, evaluations=used, method="m-topo", seed=seed)

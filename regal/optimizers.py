@@ -25,8 +25,9 @@ from regal.graph import ComputationGraph
 from regal.sim import DeviceSpec
 
 __all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "REVISIONS", "register",
-           "method_revision", "get_method",
+           "method_revision", "LIMITS_REVISION", "get_method",
            "available_methods", "solve", "score", "single_device", "round_robin",
+           "roomiest_device", "one_device", "reference_solutions",
            "solve_brkga", "solve_random", "solution_record", "read_solution",
            "execution_order", "describe", "smallest_overflow", "check_time_limit",
            "UNLIMITED_BUDGET"]
@@ -150,12 +151,45 @@ def _topological_priority(graph: ComputationGraph) -> np.ndarray:
     return priority
 
 
+def roomiest_device(problem: Problem) -> int:
+    """The device with the largest memory limit (the lowest such), of the limits that change
+    the ranking (`regal.sim.ranking_limits`); device 0 when there are none."""
+    from regal.sim import ranking_limits
+
+    limits = ranking_limits(problem.graph, problem.devices, problem.objective)
+    return 0 if limits is None else int(np.argmax(limits))
+
+
 def single_device(problem: Problem) -> Solution:
-    """Trivial reference: every op on device 0, run in topological order."""
+    """Trivial reference: every op on the roomiest device, run in topological order (pinned
+    groups stay on their pins)."""
     priority = _topological_priority(problem.graph)
-    placement = np.zeros(problem.graph.num_nodes, dtype=np.int32)
+    placement = np.full(problem.graph.num_nodes, roomiest_device(problem), np.int32)
     placement = respect_colocation(problem.graph, placement)  # pinned groups go to their pin
     return _scored(problem, placement, priority, priority, method="single-device")
+
+
+def one_device(problem: Problem) -> Solution:
+    """What running the whole graph on one device gives: the yardstick `regal optimize`
+    prints beside its answer. The user's pins are dropped (one device holds every op anyway)
+    and the device is the roomiest, so neither a pin nor a small device changes the
+    yardstick; `feasible` says whether the graph fits that device's limit."""
+    graph = problem.graph
+    if graph.has_pins:
+        graph = graph._replace(pinned=np.full(graph.num_nodes, -1, np.int32))
+    limits = problem.devices.limits
+    alone = DeviceSpec(1, None if limits is None else int(limits.max()),
+                       problem.devices.bandwidth, problem.devices.latency)
+    priority = _topological_priority(graph)
+    found = _scored(Problem(graph, alone, problem.objective),
+                    np.zeros(graph.num_nodes, np.int32), priority, priority,
+                    method="one-device")
+    return found
+
+
+def reference_solutions(problem: Problem) -> list[Solution]:
+    """The yardsticks `regal optimize` compares its answer with: one device, round robin."""
+    return [one_device(problem), round_robin(problem)]
 
 
 def round_robin(problem: Problem) -> Solution:
@@ -271,9 +305,20 @@ def register(name: str, method: Callable | str, revision: str = "") -> None:
     REVISIONS[name] = revision
 
 
-def method_revision(name: str) -> str:
-    """The revision of method `name`'s code ("" when never revised; `REVISIONS`)."""
-    return REVISIONS.get(name, "")
+# the revision of how memory limits rank and shape every method's answers, part of the
+# revision of each run under a limit (runs without one keep their method's): "limits-1" =
+# under per-device limits a fit ranks ahead of every misfit for peak memory too, and the
+# constructions build for a limit only when their limit-free answer misses it (issue 36)
+LIMITS_REVISION = "limits-1"
+
+
+def method_revision(name: str, memory_limit=None) -> str:
+    """The revision of method `name`'s code ("" when never revised; `REVISIONS`), with
+    `LIMITS_REVISION` added for a run under `memory_limit` (not None)."""
+    revision = REVISIONS.get(name, "")
+    if memory_limit is None:
+        return revision
+    return f"{revision}+{LIMITS_REVISION}" if revision else LIMITS_REVISION
 
 
 def available_methods() -> list[str]:
@@ -508,67 +553,82 @@ def _bytes(value: float) -> str:
     return format_bytes(value)
 
 
-def _value(objective: str, value: float) -> str:
-    from regal.units import format_duration_us
-    return _bytes(value) if objective == "peak_memory" else format_duration_us(value)
+def _figure(objective: str, solution: Solution) -> float:
+    """The objective's own figure (peak bytes or step µs), never a ranking penalty."""
+    return float(max(solution.peak, default=0)) if objective == "peak_memory" \
+        else float(solution.makespan)
 
 
-def _against_one_device(value: float, reference: float, human, reference_feasible: bool) -> str:
-    """' (+119.6% vs one device 1.66 ms)': a figure beside what running everything on one
-    device gives (the `single_device` reference)."""
-    from regal.units import format_change
-    change = format_change(value, reference)
-    over = ", over its memory limit" if not reference_feasible else ""
-    return f" ({change + ' ' if change else ''}vs one device {human(reference)}{over})"
+def _over_limits(problem: Problem, solution: Solution) -> str:
+    """'device 0 is 14.51 MiB over its 20 MiB limit' for the device furthest over its limit."""
+    limits = problem.devices.limits
+    k = int(np.argmax(np.asarray(solution.peak) - limits))
+    return (f"device {k} is {_bytes(int(solution.peak[k]) - int(limits[k]))} over its "
+            f"{_bytes(limits[k])} limit")
 
 
 def describe(problem: Problem, solution: Solution, references: list[Solution]) -> list[str]:
-    """Lines that `regal optimize` prints: the peak memory (per device) and the step time
-    (makespan), each beside running everything on one device, feasibility, and the objective's
-    gain over each reference. Every figure in human units (KiB/MiB/GiB, us/ms/s)."""
-    from regal.units import format_duration_us
+    """Lines that `regal optimize` prints: the peak memory (per device, against its limit)
+    and the step time (makespan), each beside the whole graph on one device (`one_device`),
+    whether the answer fits and by how much it does not, and its gain over each reference.
+    Each figure is a peak or a time, never a ranking penalty, and a figure over a limit says
+    whose and which. Every figure in human units (KiB/MiB/GiB, us/ms/s)."""
+    from regal.units import format_change, format_duration_us
     limits = problem.devices.limits
-    one = next((ref for ref in references if ref.method == "single-device"), None)
+    one = next((ref for ref in references if ref.method == "one-device"), None)
     objective = problem.objective.replace("_", " ")
     lines = [f"method {solution.method}, seed {solution.seed}: {solution.evaluations:,} "
              f"evaluations in {solution.wall_time:.1f} s, objective {objective}"]
-    peak = _bytes(max(solution.peak, default=0))
-    if one is not None:
-        peak += _against_one_device(max(solution.peak, default=0), max(one.peak, default=0),
-                                    _bytes, one.feasible)
-    peak_lines = [f"peak memory {peak}"]
+
+    def against_one(value: float, reference: float, human) -> str:
+        change = format_change(value, reference)
+        return f" ({change + ' ' if change else ''}vs one device {human(reference)})"
+
+    highest = max(solution.peak, default=0)
+    peak_lines = [f"peak memory {_bytes(highest)}"
+                  + ("" if one is None else against_one(highest, max(one.peak), _bytes))]
     for k, device_peak in enumerate(solution.peak):
-        limit = "" if limits is None else f" / limit {_bytes(limits[k])}"
+        limit = ""
+        if limits is not None:
+            limit = f" / limit {_bytes(limits[k])}"
+            if device_peak > limits[k]:
+                limit += f", OVER by {_bytes(int(device_peak) - int(limits[k]))}"
         ops = int((solution.placement == k).sum())
         peak_lines.append(f"  device {k}: peak {_bytes(device_peak)}{limit} ({ops:,} ops)")
-    step = format_duration_us(solution.makespan)
-    if one is not None:
-        step += _against_one_device(solution.makespan, one.makespan, format_duration_us,
-                                    one.feasible)
-    step_lines = [f"step time {step}"]
+    step_lines = [f"step time {format_duration_us(solution.makespan)}"
+                  + ("" if one is None else against_one(solution.makespan, one.makespan,
+                                                        format_duration_us))]
     # the objective's figure first
     lines += peak_lines + step_lines if problem.objective == "peak_memory" else \
         step_lines + peak_lines
+    if one is not None and not one.feasible:
+        lines.append(f"one device: the whole graph needs {_bytes(max(one.peak))}, over the "
+                     f"largest device's {_bytes(limits.max())} limit (its step time assumes "
+                     "the memory were there)")
     if solution.feasible:
-        lines.append("feasible: yes")
+        lines.append("feasible: yes" if limits is not None else
+                     "feasible: yes (no memory limits)")
     else:
         least = smallest_overflow([solution, *references])
-        lines.append(f"feasible: NO - overflow {_bytes(solution.overflow)} over the memory "
-                     "limits (summed over devices)")
+        lines.append(f"feasible: NO - {_over_limits(problem, solution)} "
+                     f"({_bytes(solution.overflow)} over the limits, summed over devices)")
         lines.append(f"smallest overflow found: {_bytes(least.overflow)} ({least.method})")
+    human = _bytes if problem.objective == "peak_memory" else format_duration_us
     for ref in references:
-        if problem.objective == "makespan" and not ref.feasible and solution.feasible:
-            # its objective is a ranking penalty, not a step time: no ratio to print
-            lines.append(f"improvement over {ref.method}: n/a ({ref.method} overflows the "
-                         "memory limits)")
-            continue
-        gain = (ref.value - solution.value) / ref.value * 100 if ref.value else 0.0
-        note = "" if ref.feasible else ", infeasible"
-        lines.append(f"improvement over {ref.method} ({_value(problem.objective, ref.value)}"
-                     f"{note}): {gain:+.2f}%")
+        if ref.method == "one-device":
+            continue  # beside every figure above
+        figure, mine = _figure(problem.objective, ref), _figure(problem.objective, solution)
+        if ref.feasible and solution.feasible or problem.objective == "peak_memory":
+            gain = f"{(figure - mine) / figure * 100:+.2f}%" if figure else "+0.00%"
+        else:  # a step time over a limit is no step time to compare with
+            gain = "n/a"
+        note = "" if ref.feasible else f", does not fit: {_over_limits(problem, ref)}"
+        lines.append(f"improvement over {ref.method} ({human(figure)}{note}): {gain}")
     return lines
 
 
 def smallest_overflow(candidates: list[Solution]) -> Solution:
-    """The candidate that overflows the memory limits least (ties: the lower objective)."""
+    """The candidate that overflows the memory limits least (ties: the lower objective; the
+    one-device yardstick, which runs on other devices than the problem's, is left out)."""
+    candidates = [s for s in candidates if s.method != "one-device"]
     return min(candidates, key=lambda s: (s.overflow, s.value))

@@ -225,10 +225,13 @@ def infeasible_offset(graph, count, bandwidth, latency) -> float:
 
 def reference_objective(result, graph, count, memory_limit, bandwidth, latency, name) -> float:
     """[R11] the two objectives, from a `reference_simulate` result."""
-    if name == "peak_memory":
-        return float(max(result["peak"]))
-    if name != "makespan":
+    if name not in ("peak_memory", "makespan"):
         raise ValueError(f"objective: unknown {name!r}")
+    if name == "peak_memory":
+        if result["feasible"]:
+            return float(max(result["peak"]))
+        limits = _limits(memory_limit, count)
+        return float(max(limits) + max(p - lim for p, lim in zip(result["peak"], limits)))
     if result["feasible"]:
         return result["makespan"]
     limits = _limits(memory_limit, count)

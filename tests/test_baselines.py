@@ -329,10 +329,39 @@ def test_m_topo_respects_the_memory_share(d):
     assert np.all(used[:-1] <= share)               # every device but the last within its share
     assert np.all(used[:-1] > share - memory.max())  # and filled before moving on
     # a memory limit below the share becomes the share
+    from baselines.m_topo import place
     limit = int(share * 0.8)
-    sol = solve("m-topo", Problem(graph, DeviceSpec(d, memory_limit=limit)), 1, 0)
-    used = np.bincount(sol.placement, weights=memory, minlength=d)
+    placement = place(graph, DeviceSpec(d), np.full(d, limit))
+    used = np.bincount(placement, weights=memory, minlength=d)
     assert np.all(used[:-1] <= limit)
+    # a device whose limit is 0 takes nothing
+    placement = place(graph, DeviceSpec(d), np.array([0] + [2 * share] * (d - 1)))
+    assert not (placement == 0).any()
+
+
+@pytest.mark.parametrize("method", ("m-topo", "m-etf"))
+def test_heuristics_build_for_limits_only_when_the_limit_free_answer_misses_them(method):
+    """The limit-free answer stands when it fits or when the limit changes no ranking (one
+    limit for every device under peak memory); otherwise the answer is the better, by the
+    problem's ranking, of the limit-free one and the one built for the limits."""
+    graph = synth.random_dag(80, 4)
+    for objective in ("peak_memory", "makespan"):
+        free = solve(method, Problem(graph, DeviceSpec(2), objective), 5, 0)
+        top = int(free.peak.max())
+        # one limit for every device under peak memory: the same answer, whatever the limit
+        if objective == "peak_memory":
+            for limit in (top // 2, top, 2 * top):
+                got = solve(method, Problem(graph, DeviceSpec(2, limit), objective), 5, 0)
+                assert np.array_equal(got.placement, free.placement) and got.evaluations == 1
+        # a limit the free answer meets changes nothing
+        roomy = solve(method, Problem(graph, DeviceSpec(2, [top, top + 1]), objective), 5, 0)
+        assert np.array_equal(roomy.placement, free.placement) and roomy.evaluations == 1
+        # one it misses: two answers, the better kept, never worse than the free one
+        tight = Problem(graph, DeviceSpec(2, [top // 3, 4 * top]), objective)
+        got = solve(method, tight, 5, 0)
+        assert got.evaluations == 2
+        assert got.value <= solve(method, tight, 1, 0).value  # budget 1: the free one only
+        assert solve(method, tight, 1, 0).evaluations == 1
 
 
 def test_m_etf_keeps_within_limits_when_possible():
@@ -344,7 +373,7 @@ def test_m_etf_keeps_within_limits_when_possible():
     np.add.at(memory, graph.tensor_producer, own)
     memory += graph.temporary_memory + graph.persistent_memory
     limit = int(memory.sum() * 0.55)
-    placement, start = schedule(Problem(graph, DeviceSpec(2, memory_limit=limit), "makespan"))
+    placement, start = schedule(Problem(graph, DeviceSpec(2), "makespan"), limits=[limit] * 2)
     assert np.all(np.bincount(placement, weights=memory, minlength=2) <= limit)
     # its own schedule respects precedence
     for v in range(graph.num_nodes):

@@ -214,7 +214,7 @@ def test_cli_optimize_end_to_end(graph_file, tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "device 2: peak" in printed and "step time" in printed and "feasible: yes" in printed
-    assert "improvement over single-device" in printed and "round-robin" in printed
+    assert "vs one device" in printed and "improvement over round-robin" in printed
     rec = json.loads(out.read_text())
     # the printed figures are the simulator's, in human units (rounded to 2 decimals)
     from regal.units import parse_bytes, parse_duration_us
@@ -241,9 +241,9 @@ def _summary_figures(lines: list[str]) -> dict:
     out = {}
     for line in lines:
         m = re.fullmatch(r"(peak memory|step time) (\S+ \S+) \(([+-][\d.]+)% vs one device "
-                         r"(\S+ \S+)(, over its memory limit)?\)", line)
+                         r"(\S+ \S+)\)", line)
         if m:
-            out[m.group(1)] = (m.group(2), float(m.group(3)), m.group(4), bool(m.group(5)))
+            out[m.group(1)] = (m.group(2), float(m.group(3)), m.group(4))
     return out
 
 
@@ -257,8 +257,8 @@ def test_describe_step_time_and_peak_beside_one_device(objective, spec):
 
     problem = opt.Problem(generate("cnn", 120, 3), DeviceSpec(3, **spec), objective)
     sol = opt.solve("brkga", problem, 200, seed=1)
-    one = opt.single_device(problem)
-    lines = opt.describe(problem, sol, [one, opt.round_robin(problem)])
+    one = opt.one_device(problem)
+    lines = opt.describe(problem, sol, opt.reference_solutions(problem))
     figures = _summary_figures(lines)
     assert set(figures) == {"peak memory", "step time"}, lines
     # the objective's figure comes first
@@ -272,11 +272,11 @@ def test_describe_step_time_and_peak_beside_one_device(objective, spec):
     for name, mine, ref, parse in (
             ("peak memory", res.peak.max(), res_one.peak.max(), parse_bytes),
             ("step time", res.makespan, res_one.makespan, parse_duration_us)):
-        text, change, ref_text, over = figures[name]
+        text, change, ref_text = figures[name]
         assert parse(text) == pytest.approx(mine, rel=5e-3, abs=0.5), name
         assert parse(ref_text) == pytest.approx(ref, rel=5e-3, abs=0.5), name
         assert change == pytest.approx((mine - ref) / ref * 100, abs=0.051), name
-        assert not over
+    assert not any(line.startswith("one device:") for line in lines)  # it fits
     for k, peak in enumerate(res.peak):
         assert any(re.match(rf"  device {k}: peak {re.escape(format_bytes(peak))}", line)
                    for line in lines), (k, lines)
@@ -284,22 +284,47 @@ def test_describe_step_time_and_peak_beside_one_device(objective, spec):
 
 
 def test_describe_notes_a_one_device_reference_over_its_limit():
-    """Under a limit one device cannot meet, the comparison says so instead of implying the
-    one-device step time is attainable."""
+    """Under a limit one device cannot meet, the summary says that the one-device figure is
+    over the largest device's limit, on a line of its own, and the answer's figures are not
+    marked (they fit); no ranking penalty is printed as a time."""
+    from regal.units import format_bytes
+
     problem = opt.Problem(generate("cnn", 60, 0), DeviceSpec(2), "makespan")
-    one = opt.single_device(problem)
-    limit = int(one.peak.max()) - 1
-    problem = opt.Problem(problem.graph, DeviceSpec(2, memory_limit=limit), "makespan")
-    one = opt.single_device(problem)
-    assert not one.feasible
+    need = int(opt.one_device(problem).peak.max())
+    problem = opt.Problem(problem.graph, DeviceSpec(2, memory_limit=[need - 2, need - 1]),
+                          "makespan")
+    one = opt.one_device(problem)
+    assert not one.feasible and one.makespan == pytest.approx(problem.graph.compute_cost.sum())
     sol = opt.solve("brkga", problem, 100, seed=0)
     assert sol.feasible
-    lines = opt.describe(problem, sol, [one])
+    lines = opt.describe(problem, sol, opt.reference_solutions(problem))
+    assert (f"one device: the whole graph needs {format_bytes(need)}, over the largest "
+            f"device's {format_bytes(need - 1)} limit") in "\n".join(lines)
+    assert "feasible: yes" in lines and not any("OVER" in line for line in lines)
     figures = _summary_figures(lines)
-    assert figures["step time"][3] and figures["peak memory"][3]
-    # its objective is a penalty, not a time: no percentage over it
-    assert "improvement over single-device: n/a (single-device overflows the memory limits)" \
-        in lines
+    assert set(figures) == {"peak memory", "step time"}
+    # every time printed is a schedule's makespan, never the penalised objective
+    assert all(str(round(one.value)) not in line for line in lines)
+
+
+def test_describe_names_the_device_over_its_limit():
+    """An answer over a limit: the summary names the device, by how much, and its limit."""
+    from regal.units import format_bytes
+
+    graph = generate("cnn", 60, 0)
+    free = opt.solve("m-topo", opt.Problem(graph, DeviceSpec(2)), 1)
+    limits = [int(free.peak[0]) - 1000, 10 * int(free.peak.max())]
+    problem = opt.Problem(graph, DeviceSpec(2, memory_limit=limits))
+    sol = opt.solve("m-topo", problem, 1)   # the limit-free answer only: over on device 0
+    assert not sol.feasible
+    lines = opt.describe(problem, sol, opt.reference_solutions(problem))
+    assert f"  device 0: peak {format_bytes(sol.peak[0])} / limit {format_bytes(limits[0])}, " \
+        f"OVER by {format_bytes(1000)}" in "\n".join(lines)
+    assert any(line.startswith(f"feasible: NO - device 0 is {format_bytes(1000)} over its "
+                               f"{format_bytes(limits[0])} limit") for line in lines)
+    # the peak printed is the device's peak, not the ranking value (above the largest limit)
+    assert sol.value > max(limits)
+    assert f"peak memory {format_bytes(sol.peak.max())}" in "\n".join(lines)
 
 
 def test_cli_impossible_memory_limit_exits_3(tmp_path, capsys):
@@ -343,3 +368,24 @@ def test_cli_user_errors_exit_2(graph_file, args, message, capsys):
 
 def test_cli_missing_file_exits_2(tmp_path):
     assert main(["optimize", str(tmp_path / "none.npz"), "--devices", "2"]) == 2
+
+
+def test_one_device_yardstick_ignores_pins_and_takes_the_roomiest_device():
+    """Item 12 of issue 36: the one-device figures are the whole graph on one device, the
+    same with or without the user's pins, and judged against the largest device's limit."""
+    from regal.graph import with_constraints
+
+    graph = generate("cnn", 60, 0)
+    plain = opt.one_device(opt.Problem(graph, DeviceSpec(2)))
+    name = str(graph.names[graph.topo_order[-1]])
+    pinned = with_constraints(graph, pins={name: 1}, num_devices=2)
+    got = opt.one_device(opt.Problem(pinned, DeviceSpec(2)))
+    assert np.array_equal(got.peak, plain.peak) and got.makespan == plain.makespan
+    assert got.makespan == pytest.approx(graph.compute_cost.sum())
+    need = int(plain.peak.max())
+    assert opt.one_device(opt.Problem(graph, DeviceSpec(2, [0, need]))).feasible
+    assert opt.one_device(opt.Problem(graph, DeviceSpec(2, [need, need - 1]))).feasible
+    assert not opt.one_device(opt.Problem(graph, DeviceSpec(2, [need - 1, need - 1]))).feasible
+    # the trivial method puts everything on the roomiest device, pins kept
+    single = opt.single_device(opt.Problem(pinned, DeviceSpec(2, [need // 2, 2 * need])))
+    assert (single.placement == 1).all()

@@ -14,10 +14,12 @@ transfer = experiment("transfer")
 
 
 def rec(graph, method, value, limit, objective="makespan"):
+    """A record as the harness writes it (its revision is the current code's)."""
+    from regal.optimizers import method_revision
     return dict(method=method, dataset="synth_test", graph=graph, fingerprint=f"fp-{graph}",
                 seed=0, budget=5000, devices=2, memory_limit=limit, objective=objective,
                 options="{}", status="ok", value=value, feasible=True, evaluations=5000,
-                wall_time=1.0, error=None)
+                wall_time=1.0, error=None, revision=method_revision(method, limit))
 
 
 def test_per_graph_limits_make_one_row_per_method():

@@ -150,6 +150,11 @@ def graph_features(graph: ComputationGraph, devices, objective: str = "peak_memo
     """Features of every op and every (doubled) edge; `devices` is an int or a DeviceSpec.
     `reference` defaults to `reference_for(graph, devices, objective)` (cached)."""
     d, limit = device_context(devices)
+    if limit is not None and not isinstance(devices, (int, np.integer)):
+        from regal.policy.reference import as_device_spec
+        from regal.sim import ranking_limits
+        if ranking_limits(graph, as_device_spec(devices), objective) is None:
+            limit = None  # a limit that changes no ranking (SIM_RULES 11) is not a feature
     if reference is None:
         from regal.policy.reference import reference_for
         reference = reference_for(graph, devices, objective)

@@ -5,8 +5,9 @@
 """
 
 from regal.sim.api import (OBJECTIVES, SimResult, Trace, evaluate, infeasible_offset,
-                           objective_values, simulate, trace)
+                           objective_values, ranking_limits, simulate, trace)
 from regal.sim.devices import DEFAULT_BANDWIDTH, DEFAULT_LATENCY, DeviceSpec
 
 __all__ = ["DeviceSpec", "DEFAULT_BANDWIDTH", "DEFAULT_LATENCY", "OBJECTIVES", "SimResult",
-           "Trace", "simulate", "evaluate", "trace", "infeasible_offset", "objective_values"]
+           "Trace", "simulate", "evaluate", "trace", "infeasible_offset", "objective_values",
+           "ranking_limits"]

@@ -16,7 +16,7 @@ from regal.sim import kernel
 from regal.sim.devices import DeviceSpec
 
 __all__ = ["OBJECTIVES", "SimResult", "Trace", "simulate", "evaluate", "trace",
-           "infeasible_offset", "objective_values"]
+           "infeasible_offset", "objective_values", "ranking_limits"]
 
 OBJECTIVES = ("peak_memory", "makespan")
 
@@ -53,16 +53,39 @@ def infeasible_offset(graph, devices: DeviceSpec) -> float:
     return float(np.sum(graph.compute_cost)) + (devices.count - 1) * float(np.sum(transfers))
 
 
+def ranking_limits(graph, devices: DeviceSpec, objective: str) -> np.ndarray | None:
+    """The memory limits that change how `objective` ranks solutions of `graph` (SIM_RULES
+    11): the devices' limits, or None when there are none, when each is at or above every
+    byte the graph holds (no device can reach it, so every solution fits), or when, under
+    peak memory, one limit holds for every device (a solution then fits iff its peak does,
+    so the ranking is the one without it). Constructions, starts and features built for
+    these limits only keep a limit that does not bind from changing the answer."""
+    limits = devices.limits
+    if limits is None or objective == "peak_memory" and bool(np.all(limits == limits[0])):
+        return None
+    everything = int(np.sum(graph.tensor_size, dtype=np.int64)
+                     + np.sum(graph.temporary_memory, dtype=np.int64)
+                     + np.sum(graph.persistent_memory, dtype=np.int64))
+    return None if bool(np.all(limits >= everything)) else limits
+
+
 def objective_values(name: str, peaks: np.ndarray, makespans: np.ndarray,
                      devices: DeviceSpec, offset: float) -> np.ndarray:
     """Objective of each row of `peaks` [pop, d] with `makespans` [pop] (SIM_RULES 11)."""
     peaks = np.asarray(peaks, dtype=np.int64)
     makespans = np.asarray(makespans, dtype=np.float64)
-    if name == "peak_memory":
-        return peaks.max(axis=1).astype(np.float64)
-    if name != "makespan":
+    if name not in OBJECTIVES:
         raise ValueError(f"objective: expected one of {OBJECTIVES}, got {name!r}")
     limits = devices.limits
+    if name == "peak_memory":
+        highest = peaks.max(axis=1).astype(np.float64)
+        if limits is None:
+            return highest
+        # a fit ranks ahead of every misfit: a fit's value is at most the largest limit, a
+        # misfit's is above it by its worst excess; under one limit for every device this is
+        # max(peak) again, so such a limit changes no ranking
+        excess = (peaks - limits).max(axis=1)
+        return np.where(excess <= 0, highest, float(limits.max()) + excess.astype(np.float64))
     if limits is None:
         return makespans.copy()
     overflow = np.maximum(peaks - limits, 0).sum(axis=1)
@@ -85,7 +108,8 @@ class SimResult:
     offset: float = field(repr=False)
 
     def objective(self, name: str = "peak_memory") -> float:
-        """'peak_memory' = max_k peak[k]; 'makespan' = makespan, penalised when infeasible."""
+        """'peak_memory' = max_k peak[k], 'makespan' = makespan; each ranks a solution over a
+        memory limit behind every one within them (SIM_RULES 11)."""
         return float(objective_values(name, self.peak[None, :], np.array([self.makespan]),
                                       self.devices, self.offset)[0])
 
