@@ -59,6 +59,40 @@ def refused(argv, capsys, needle: str) -> str:
     return err
 
 
+def npz_with_member(path, arrays: dict, name: str, shape, dtype, body: bytes | None = None,
+                    zip_size: int | None = None):
+    """Writes ARRAYS as an `.npz` whose member NAME.npy (added, or in place of that array)
+    has a `.npy` header declaring SHAPE of DTYPE and then BODY (None: the zeros the header
+    declares, streamed, so a gigabyte member costs no memory here); ZIP_SIZE forges the
+    member's size in the zip's central directory. The bloated members of issue 36."""
+    import io
+    import math
+    import struct
+    import zipfile
+    from pathlib import Path
+
+    np.savez(path, **{key: value for key, value in arrays.items() if key != name})
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": np.dtype(dtype).str,
+                                                  "fortran_order": False, "shape": tuple(shape)})
+    size = math.prod(shape) * np.dtype(dtype).itemsize
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as archive, \
+            archive.open(f"{name}.npy", "w", force_zip64=size >= 2**31) as member:
+        member.write(header.getvalue())
+        if body is not None:
+            member.write(body)
+        zeros = memoryview(bytes(2**20))
+        while body is None and size:
+            member.write(zeros[:min(size, 2**20)])
+            size -= min(size, 2**20)
+    if zip_size is not None:  # the central directory entry: 46 fixed bytes, then the name
+        blob = bytearray(Path(path).read_bytes())
+        at = blob.rindex(f"{name}.npy".encode()) - 46
+        blob[at + 24:at + 28] = struct.pack("<I", zip_size)
+        Path(path).write_bytes(blob)
+    return path
+
+
 @pytest.fixture
 def counted(monkeypatch):
     """Counts chromosomes evaluated through regal.sim.evaluate: {"n": rows so far}."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import re
 import time
+import tracemalloc
 import zipfile
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from graphgen import random_graph
 from regal.graph import GraphBuilder, GraphError
 from regal.io import SUFFIXES, load_graph, save_graph
 from regal.io.native import FORMAT_VERSION, graph_to_arrays, read_native, write_native
-from conftest import experiment
+from conftest import experiment, npz_with_member
 
 DATA = Path(__file__).parent / "data"
 
@@ -107,7 +109,9 @@ def _save_arrays(path, arrays, **changes):
     (dict(tensor_size=None), "missing array 'tensor_size'"),
     (dict(names_offsets=np.array([0.0, 1.5, 3.0, 4.0])), "array 'names_offsets': expected"),
     (dict(compute_cost=np.zeros((3, 1))), "array 'compute_cost': expected a 1-D"),
-    (dict(names_offsets=np.array([0, 5, 2, 17])), "'names': offsets do not match"),
+    (dict(names_offsets=np.array([0, 5, 2, 27])), "'names': offsets do not match"),
+    (dict(names_offsets=np.array([0, 5, 12, 17])), r"member 'names_utf8\.npy': declares 27 "
+                                                   r"entries but 'names_offsets' ends at 17"),
     (dict(names_utf8=np.full(27, 0xFF, np.uint8)), "'names': invalid UTF-8"),  # 27 bytes
     (dict(compute_cost=np.array([1.0, -2.0, 0.0])), "op 'plain': compute_cost must be a non-neg"),
     (dict(tensor_size=np.array([10, -1])), "tensor 1 .*size must be"),
@@ -187,6 +191,73 @@ def _fuzz_base() -> bytes:
 
 
 FUZZ_BASE = _fuzz_base()
+
+
+# ---------------------------------------------------------------------------
+# members checked from their headers before they are read (issue 36 item 3)
+
+ZEROS = 32 * 2**20  # bytes of zeros a bloated member unpacks to (32 KiB deflated)
+READ_LIMIT = 4 * 2**20  # the most Python may allocate reading the 3-op graph
+
+
+def _traced_peak(call) -> int:
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("name,shape,dtype,body,zip_size,pattern", [
+    pytest.param("temporary_memory", (ZEROS // 8,), "<i8", None, None,
+                 r"member 'temporary_memory\.npy': declares 4,194,304 entries, expected 3 "
+                 r"\(one per op; the other arrays hold 3 ops\)", id="per-op-array-inflated"),
+    pytest.param("format_version", (ZEROS // 8,), "<i8", None, None,
+                 r"member 'format_version\.npy': declares 4,194,304 entries, expected 1 "
+                 r"\(a single number\)", id="version-inflated"),
+    pytest.param("names_utf8", (ZEROS,), "|u1", None, None,
+                 r"member 'names_utf8\.npy': declares 33,554,432 entries but 'names_offsets' "
+                 r"ends at 27", id="string-blob-inflated"),
+    pytest.param("compute_cost", (10**9,), "<f8", bytes(24), None,
+                 r"member 'compute_cost\.npy': its header declares shape \(1000000000,\) of "
+                 r"float64 \(8,000,000,000 bytes\) but it holds 24 bytes",
+                 id="header-bigger-than-member"),
+    pytest.param("compute_cost", (2**27,), "<f8", bytes(24), 128 + 2**30,
+                 r"member 'compute_cost\.npy': declares 1,073,741,952 bytes, more than its "
+                 r"\d+ compressed bytes can hold", id="zip-size-forged"),
+])
+def test_bloated_members_are_refused_before_reading(tmp_path, name, shape, dtype, body,
+                                                     zip_size, pattern):
+    path = npz_with_member(tmp_path / "bloated.npz", graph_to_arrays(_typed_graph()), name,
+                           shape, dtype, body, zip_size)
+    refusal = []
+
+    def load():
+        with pytest.raises(GraphError, match=rf"^{re.escape(str(path))}: {pattern}$") as info:
+            load_graph(path)
+        refusal.append(str(info.value))
+
+    assert _traced_peak(load) < READ_LIMIT
+    assert "\n" not in refusal[0]
+
+
+def test_unknown_members_are_skipped_unread(tmp_path, monkeypatch):
+    """The issue's file: a graph plus a member of zeros that unpacks 1,000-fold."""
+    path = npz_with_member(tmp_path / "padded.npz", graph_to_arrays(_typed_graph()),
+                           "padding", (ZEROS,), "|u1")
+    opened = []
+    real_open = zipfile.ZipFile.open
+
+    def recording_open(archive, member, *args, **kwargs):
+        opened.append(getattr(member, "filename", member))
+        return real_open(archive, member, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "open", recording_open)
+    graphs = []
+    assert _traced_peak(lambda: graphs.append(load_graph(path))) < READ_LIMIT
+    assert graphs[0].fingerprint() == _typed_graph().fingerprint()
+    assert "compute_cost.npy" in opened and "padding.npy" not in opened
 
 
 # ---------------------------------------------------------------------------

@@ -233,15 +233,63 @@ def test_cli_import_end_to_end(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("model", ["/no/such/model.h5", "keras.applications.NoSuchNet",
-                                   "no_such_module_xyz:build"])
+                                   "no_such_module_xyz:build",
+                                   # issue 36 item 6: attributes that are no model builder
+                                   "time:sleep", "os.path:join", "math:pi", "os:getcwd"])
 def test_cli_import_bad_model_exit_2(tmp_path, capsys, model):
     from regal.cli import main
 
     out = tmp_path / "x.npz"
     assert main(["import", model, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("regal: error:") and "\n" not in err
+    assert err.startswith("regal: error:") and "\n" not in err and model in err
     assert not out.exists()
+
+
+def test_type_error_inside_a_model_builder_stays_the_users(tmp_path, monkeypatch):
+    """Only a builder that cannot be called without arguments is refused by its spec: a
+    TypeError from the code it runs is not dressed up as one."""
+    (tmp_path / "builds_badly.py").write_text("def build():\n    return len(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TypeError, match="has no len"):
+        tfio.import_model("builds_badly:build")
+
+
+def _lambda_model(marker):
+    """A model whose Lambda layer creates `marker` whenever the model is built or rebuilt."""
+    x = tf.keras.Input((4,))
+    h = tf.keras.layers.Lambda(lambda t, marker=str(marker): (open(marker, "a").close(), t)[1],
+                               name="touches_marker")(x)
+    return tf.keras.Model(x, tf.keras.layers.Dense(2)(h))
+
+
+@pytest.mark.filterwarnings("ignore:You are saving your model as an HDF5 file")
+@pytest.mark.parametrize("suffix", [".h5", ".keras"])
+def test_keras_file_with_code_loads_only_when_trusted(tmp_path, capsys, suffix):
+    """Issue 36 item 4: a legacy .h5 has no safe mode, so its Lambda used to run on import."""
+    from conftest import refused
+
+    marker, path = tmp_path / "marker", tmp_path / f"lambda{suffix}"
+    _lambda_model(marker).save(str(path))
+    marker.unlink()
+    for command in ("import", "optimize"):
+        refused([command, str(path), "--out", str(tmp_path / "out.npz")] +
+                (["--devices", "2"] if command == "optimize" else []), capsys,
+                f"{path}: layer 'touches_marker' is a Lambda")
+    assert not marker.exists()
+    graph = tfio.import_model(str(path), trust_code=True)
+    assert marker.exists() and graph.num_nodes > 0
+    # apply and measure load the model too: refused as well, and they take the flag
+    from regal.cli import main
+    solution = tmp_path / "solution.json"
+    assert main(["optimize", str(path), "--devices", "2", "--budget", "20", "--trust-code",
+                 "--out", str(solution)]) == 0
+    marker.unlink()
+    refused(["apply", str(path), "--solution", str(solution), "--out", str(tmp_path / "placed")],
+            capsys, f"{path}: layer 'touches_marker' is a Lambda")
+    refused(["measure", str(path), "--solution", str(solution), "--devices", "1"], capsys,
+            f"{path}: layer 'touches_marker' is a Lambda")
+    assert not marker.exists()
 
 
 # ---------------------------------------------------------------------------

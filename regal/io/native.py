@@ -7,11 +7,21 @@ file rather than handing a broken graph to the simulator.
 
 Versions: 2 added `colocation` and `pinned` (placement constraints, always written);
 version 1 files, which lack them, still read, as graphs without constraints.
+
+Memory: numpy allocates what a member's `.npy` header declares before reading a byte, and a
+deflated member of zeros unpacks 1000-fold, so every member is checked from its zip and `.npy`
+headers before it is read (`_read_arrays`): members this format does not define are skipped
+unread, whatever they hold; a known member must declare the byte size its shape and dtype
+give, no more than deflate can unpack from its compressed bytes, the length its peers give
+(one entry per op, tensor or control edge), and, for the string blobs and `input_tensor`,
+the length the last entry of their offsets names. A file that passes holds a graph whose
+arrays really are that long; it costs at most about 1,000 times the file's size.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import os
 import struct
 import zipfile
@@ -40,6 +50,22 @@ _KIND_V2 = {  # version 2 adds the placement constraints (version 1: none)
     "colocation": ("iu", np.int32),   # [n] leader (lowest op id) of each op's group
     "pinned": ("i", np.int32),        # [n] device of each op's group, or -1
 }
+_ARRAYS = {"format_version", *_KIND, *_KIND_V2}  # the members read; any other is skipped
+# entries of each fixed-length array: (what one entry stands for, entries beyond one each);
+# the arrays of _SIZED_BY are as long as the last entry of their offsets array says
+_COUNTS = {
+    "format_version": (None, 1),
+    "names_offsets": ("op", 1), "op_types_offsets": ("op", 1), "input_ptr": ("op", 1),
+    "compute_cost": ("op", 0), "temporary_memory": ("op", 0), "persistent_memory": ("op", 0),
+    "is_final": ("op", 0), "colocation": ("op", 0), "pinned": ("op", 0),
+    "tensor_producer": ("tensor", 0), "tensor_size": ("tensor", 0), "tensor_alias": ("tensor", 0),
+    "control_src": ("control edge", 0), "control_dst": ("control edge", 0),
+}
+_SIZED_BY = {"names_utf8": "names_offsets", "op_types_utf8": "op_types_offsets",
+             "input_tensor": "input_ptr"}
+_DEFLATE_MAX_RATIO = 1032  # deflate's limit: a 258-byte match coded in 2 bits
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0}
 
 
 def _pack_strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -135,16 +161,96 @@ def write_native(graph: ComputationGraph, path: str | os.PathLike, compressed: b
     atomic_write_bytes(path, to_native_bytes(graph, compressed))
 
 
+def _entries(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
+    """The number of entries a member's `.npy` header declares, once the zip and the header
+    agree on its byte size and deflate could unpack that many bytes from the compressed ones
+    (numpy allocates what the header declares before it reads a byte)."""
+    where = f"member {info.filename!r}"
+    if info.compress_type == zipfile.ZIP_STORED:
+        most = info.compress_size
+    elif info.compress_type == zipfile.ZIP_DEFLATED:
+        most = _DEFLATE_MAX_RATIO * info.compress_size
+    else:
+        raise GraphError(f"{where}: compression method {info.compress_type} (numpy writes "
+                         f"stored or deflated members only)")
+    if info.file_size > most:
+        raise GraphError(f"{where}: declares {info.file_size:,} bytes, more than its "
+                         f"{info.compress_size:,} compressed bytes can hold")
+    with archive.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        if version not in _NPY_HEADERS:
+            raise GraphError(f"{where}: .npy format version {version[0]}.{version[1]} "
+                             f"(this reader knows 1.0 and 2.0)")
+        shape, _, dtype = _NPY_HEADERS[version](member)
+        header = member.tell()
+    if dtype.hasobject:
+        raise GraphError(f"{where}: holds Python objects (pickles are not read)")
+    entries = math.prod(shape)
+    if header + entries * dtype.itemsize != info.file_size:
+        raise GraphError(f"{where}: its header declares shape {shape} of {dtype} "
+                         f"({entries * dtype.itemsize:,} bytes) but it holds "
+                         f"{info.file_size - header:,} bytes")
+    return entries
+
+
+def _check_counts(entries: dict[str, int]) -> None:
+    """Refuses a member whose length disagrees with what its peers say the graph holds (the
+    count most of them give; on a tie the smaller), before any array is read."""
+    groups: dict = {}
+    for name, count in entries.items():
+        if name in _COUNTS:
+            unit, extra = _COUNTS[name]
+            groups.setdefault(unit, []).append((name, count - extra))
+    for unit, members in groups.items():
+        counts = [count for _, count in members]
+        expected = 0 if unit is None else max(sorted(set(counts)), key=counts.count)
+        for name, count in members:
+            if count != expected:
+                extra = _COUNTS[name][1]
+                why = "a single number" if unit is None else \
+                    f"one per {unit}{' plus one' if extra else ''}; the other arrays hold " \
+                    f"{expected:,} {unit}s"
+                raise GraphError(f"member '{name}.npy': declares {count + extra:,} entries, "
+                                 f"expected {expected + extra:,} ({why})")
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of the members this format defines, each read only after its headers
+    passed the checks of the module docstring; other members are never opened."""
+    with open(path, "rb") as f:
+        if f.read(6) == b"\x93NUMPY":
+            raise GraphError("not an .npz archive (a single .npy array?)")
+    with zipfile.ZipFile(path) as archive:
+        members = {info.filename[:-4]: info for info in archive.infolist()
+                   if info.filename.endswith(".npy") and info.filename[:-4] in _ARRAYS}
+        entries = {name: _entries(archive, info) for name, info in members.items()}
+        _check_counts(entries)
+
+        def read(name: str) -> np.ndarray:
+            with archive.open(members[name]) as member:
+                return np.lib.format.read_array(member, allow_pickle=False)
+
+        arrays = {name: read(name) for name in members if name not in _SIZED_BY}
+        for name, bound in _SIZED_BY.items():
+            if name not in members:
+                continue
+            offsets = arrays.get(bound)
+            if (offsets is None or offsets.ndim != 1 or not offsets.size
+                    or offsets.dtype.kind not in "iu"):
+                arrays[name] = np.zeros(0, np.uint8)  # arrays_to_graph refuses `bound`
+            elif int(offsets[-1]) != entries[name]:
+                raise GraphError(f"member '{name}.npy': declares {entries[name]:,} entries "
+                                 f"but {bound!r} ends at {int(offsets[-1]):,}")
+            else:
+                arrays[name] = read(name)
+    return arrays
+
+
 def read_native(path: str | os.PathLike) -> ComputationGraph:
     """Loads and validates; any corruption is a GraphError naming the file."""
     path = Path(path)
     try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise GraphError("not an .npz archive (a single .npy array?)")
-        with loaded as npz:
-            arrays = {key: npz[key] for key in npz.files}
-        return arrays_to_graph(arrays)
+        return arrays_to_graph(_read_arrays(path))
     except GraphError as exc:
         raise GraphError(f"{path}: {exc}") from None
     except (FileNotFoundError, IsADirectoryError, PermissionError):

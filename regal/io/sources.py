@@ -3,8 +3,10 @@
 One argument names either a graph file, read without TensorFlow (`.npz`; a CostGraphDef
 `.pb` / `.pbtxt`), or a model that TensorFlow imports (`regal.io.tensorflow`): a SavedModel
 directory, a `.keras` / `.h5` file, a GraphDef `.pb` / `.pbtxt`, `keras.applications.NAME`
-or `package.module:attr`. A `.pb` / `.pbtxt` is told apart by its content (`is_graph_def`),
-so TensorFlow is imported only when the argument really is a model.
+or `package.module:attr` (which imports that module and calls the attribute: the user's own
+code). A Keras file whose layers carry Python code loads only with `trust_code`. A `.pb` /
+`.pbtxt` is told apart by its content (`is_graph_def`), so TensorFlow is imported only when
+the argument really is a model.
 """
 
 from __future__ import annotations
@@ -54,11 +56,13 @@ def is_model(spec: str | os.PathLike) -> bool:
 
 
 def load_graph_or_model(spec: str | os.PathLike, *, batch_size: int | None = None,
-                        training: bool = False, run: bool = False) -> ComputationGraph:
+                        training: bool = False, run: bool = False,
+                        trust_code: bool = False) -> ComputationGraph:
     """The graph `spec` names: a graph file as it is, or a model imported as one step.
 
-    `batch_size` (default 1), `training` and `run` are `regal.io.tensorflow.import_model`'s;
-    a graph file was imported already, so giving them with one is a ValueError.
+    `batch_size` (default 1), `training`, `run` and `trust_code` are
+    `regal.io.tensorflow.import_model`'s; a graph file was imported already, so giving the
+    first three with one is a ValueError (a graph file holds no code to trust).
     """
     if not is_model(spec):
         if batch_size is not None or training or run:
@@ -69,7 +73,7 @@ def load_graph_or_model(spec: str | os.PathLike, *, batch_size: int | None = Non
     from regal.io.tensorflow import import_model, resolve_model
     return import_model(resolve_model(os.fspath(spec)),
                         batch_size=1 if batch_size is None else batch_size,
-                        training=training, run=run)
+                        training=training, run=run, trust_code=trust_code)
 
 
 # ---------------------------------------------------------------------------

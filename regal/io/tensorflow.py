@@ -68,6 +68,12 @@ Choices worth knowing:
 * Keras 3 files: a `.keras` / `.h5` saved by Keras 3 (the default Keras of TensorFlow >=
   2.16) cannot be read by tf-keras, so `export_keras3` has Keras 3 export it as a SavedModel
   in a child process without the legacy switch, and that SavedModel is imported.
+* Code in model files: loading a Keras file rebuilds its layers, and a `Lambda` layer (or
+  any serialised `__lambda__`) carries Python bytecode that then runs; a `module` outside
+  Keras and TensorFlow in a `.keras` config is imported to find a class. Legacy `.h5`
+  files have no safe mode, so `code_in_keras_file` reads the config first and the loader
+  refuses such a file, naming the layer, unless `trust_code=True` (`--trust-code`).
+  `package.module:attr` imports and calls the user's own code by design.
 * Control flow: If/While/Case stay single ordinary ops (their bodies are not expanded; the
   cost estimate ignores them); `import_model` warns when it sees one.
 * Training graphs: loss = sum over float outputs of mean(square(output)), gradients with
@@ -93,6 +99,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import importlib  # noqa: E402
+import inspect  # noqa: E402
 import math  # noqa: E402
 import re  # noqa: E402
 import tempfile  # noqa: E402
@@ -107,7 +114,7 @@ with regal.tfenv.quiet_native_logs():  # a `regal` command's errors stay one lin
 from regal.graph import ComputationGraph, GraphBuilder, GraphError  # noqa: E402
 
 __all__ = ["import_model", "import_step", "resolve_model", "with_forwarding", "colocation_pairs",
-           "keras_major_version", "export_keras3",
+           "keras_major_version", "export_keras3", "code_in_keras_file",
            "conv2d_backprop_filter_scratch", "conv2d_backprop_input_scratch", "ImportedStep", "FORWARDING_OPS",
            "FLOPS_PER_US", "BYTES_PER_US", "LAUNCH_US"]
 
@@ -167,7 +174,7 @@ def import_model(source, *, batch_size: int = 1, training: bool = False, run: bo
                  input_shapes: Sequence[Sequence[int]] | None = None,
                  learning_rate: float = 1e-3, seed: int = 0, grappler: bool = False,
                  warmup_runs: int = 1, forwarding: bool = True,
-                 kernel_scratch: bool = True) -> ComputationGraph:
+                 kernel_scratch: bool = True, trust_code: bool = False) -> ComputationGraph:
     """Imports `source` as the graph of one inference (or training) step.
 
     `source`: a tf.keras Model, a zero-argument callable returning one (built inside the
@@ -178,12 +185,14 @@ def import_model(source, *, batch_size: int = 1, training: bool = False, run: bo
     overrides the inputs' full shapes instead. `run=True` measures one step (after
     `warmup_runs` unmeasured ones) on this machine's devices. Static mode only:
     `forwarding` models in-place buffer forwarding as aliases, `kernel_scratch` sets the
-    conv-gradient kernels' temporary memory (see the module docstring).
+    conv-gradient kernels' temporary memory (see the module docstring). `trust_code` lets a
+    Keras file whose layers carry Python code load (and run that code).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     step = _build_step(source, batch_size=batch_size, training=training,
-                       input_shapes=input_shapes, learning_rate=learning_rate)
+                       input_shapes=input_shapes, learning_rate=learning_rate,
+                       trust_code=trust_code)
     ops = _prune(step.graph, step.fetches)
     flow = sorted({op.type for op in ops} & _CONTROL_FLOW_OPS)
     if flow:
@@ -222,22 +231,60 @@ def resolve_model(spec: str):
             if not hasattr(obj, part):
                 raise ValueError(f"unknown model {spec!r}: {module_name!r} has no {attr!r}")
             obj = getattr(obj, part)
-        return obj
+        return _attr_source(spec, obj)
     path = Path(spec)
     if not path.exists():
         raise ValueError(f"no such model file, directory or spec: {spec!r}")
     return path
 
 
+def _attr_source(spec: str, obj):
+    """What `package.module:attr` names, as `import_model` takes it: a Keras model or a
+    tf.function as it is; a callable only if it takes no arguments, wrapped so that a result
+    that is no model names `spec`. The signature is read before the call, rather than any
+    TypeError caught, so that one raised inside the user's model code stays theirs."""
+    if isinstance(obj, tf.keras.Model) or hasattr(obj, "get_concrete_function") or \
+            hasattr(obj, "structured_input_signature"):
+        return obj
+    if not callable(obj):
+        raise ValueError(f"{spec}: a {type(obj).__name__}, not a Keras model or a callable "
+                         f"returning one")
+    needs = "; expected a Keras model or a callable that takes none"
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):  # some builtins have none: see build()
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind()
+        except TypeError:
+            raise ValueError(f"{spec}: needs arguments {signature}{needs}") from None
+
+    def build():
+        try:
+            model = obj()
+        except TypeError as exc:  # from the call itself, not from code it ran: the arguments
+            if signature is not None or exc.__traceback__.tb_next is not None:
+                raise
+            raise ValueError(f"{spec}: needs arguments ({_one_line(exc)}){needs}") from None
+        if not isinstance(model, tf.keras.Model):
+            raise ValueError(f"{spec}: returned a {type(model).__name__}, not a Keras model")
+        return model
+
+    return build
+
+
 # ---------------------------------------------------------------------------
 # building one step in a tf.compat.v1 graph
 
 
-def _build_step(source, *, batch_size, training, input_shapes, learning_rate) -> _Step:
+def _build_step(source, *, batch_size, training, input_shapes, learning_rate,
+                trust_code: bool = False) -> _Step:
     if isinstance(source, str):
         source = resolve_model(source)
     if isinstance(source, os.PathLike):
-        return _from_path(Path(source), batch_size, training, input_shapes, learning_rate)
+        return _from_path(Path(source), batch_size, training, input_shapes, learning_rate,
+                          trust_code)
     if isinstance(source, tf.keras.Model):
         model = source
         if not _is_graph_network(model):
@@ -264,7 +311,8 @@ def _is_graph_network(model) -> bool:
         isinstance(model, tf.keras.Sequential)
 
 
-def _from_path(path: Path, batch_size, training, input_shapes, learning_rate) -> _Step:
+def _from_path(path: Path, batch_size, training, input_shapes, learning_rate,
+               trust_code: bool = False) -> _Step:
     if not path.exists():
         raise FileNotFoundError(2, "No such file or directory", str(path))
     if path.is_dir():
@@ -280,13 +328,19 @@ def _from_path(path: Path, batch_size, training, input_shapes, learning_rate) ->
         concrete = sigs.get("serving_default") or sigs[sorted(sigs)[0]]
         return _from_concrete(concrete, batch_size, training, input_shapes, learning_rate)
     suffix = path.suffix.lower()
+    if suffix in (".keras", ".h5", ".hdf5") and not trust_code:
+        code = code_in_keras_file(path)
+        if code:
+            raise ValueError(f"{path}: {code}, Python code that loading the file would run; "
+                             f"pass --trust-code (trust_code=True) only if you trust the file")
     if suffix in (".keras", ".h5", ".hdf5") and (keras_major_version(path) or 0) >= 3:
         with tempfile.TemporaryDirectory(prefix="regal-keras3-") as tmp:
-            saved = export_keras3(path, Path(tmp) / "saved_model")
+            saved = export_keras3(path, Path(tmp) / "saved_model", trust_code=trust_code)
             return _from_path(saved, batch_size, training, input_shapes, learning_rate)
     if suffix in (".keras", ".h5", ".hdf5"):
         try:
-            model = tf.keras.models.load_model(str(path), compile=False)
+            model = tf.keras.models.load_model(str(path), compile=False,
+                                               safe_mode=not trust_code)
         except Exception as exc:  # noqa: BLE001 - Keras raises many kinds
             raise ValueError(f"{path}: cannot load Keras model ({_one_line(exc)})") from None
         return _build_step(model, batch_size=batch_size, training=training,
@@ -308,25 +362,68 @@ def keras_major_version(path: str | os.PathLike) -> int | None:
     A `.keras` file is a zip whose metadata.json names it; an `.h5` file keeps it in a root
     attribute. tf-keras writes 2.x and reads only those; Keras 3 writes 3.x.
     """
+    try:
+        entry = _keras_file_entry(path, "metadata.json", "keras_version")
+    except Exception:  # noqa: BLE001 - unreadable: the loader names what is wrong with it
+        return None
+    version = entry.get("keras_version") if isinstance(entry, dict) else entry
+    match = re.match(r"\s*(\d+)\.", str(version)) if version is not None else None
+    return int(match.group(1)) if match else None
+
+
+def _keras_file_entry(path: str | os.PathLike, member: str, attribute: str):
+    """The JSON `member` of a `.keras` file (a zip), parsed, or the root `attribute` of an
+    `.h5` file, as text; None when the file has none."""
     import json
     import zipfile
 
-    path = Path(path)
-    version = None
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            if member not in archive.namelist():
+                return None
+            return json.loads(archive.read(member))
+    import h5py
+    with h5py.File(path, "r") as f:
+        value = f.attrs.get(attribute)
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
+_KERAS_MODULES = ("keras", "tf_keras", "tensorflow", "builtins")  # what a config may import
+
+
+def code_in_keras_file(path: str | os.PathLike) -> str | None:
+    """Where a `.keras` / `.h5` file's model config carries Python code that loading it would
+    run, as 'layer NAME is a Lambda' or 'layer NAME names module M'; None when nowhere.
+
+    Code rides in a `Lambda` layer (marshalled bytecode, or a function looked up by name),
+    in any serialised `__lambda__`, and in a `module` outside Keras and TensorFlow, which a
+    `.keras` config makes Keras import. A file whose config cannot be read says None: Keras
+    cannot read it either, and its loader names what is wrong with it.
+    """
+    import json
+
     try:
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as archive:
-                version = json.loads(archive.read("metadata.json")).get("keras_version")
-        else:
-            import h5py
-            with h5py.File(path, "r") as f:
-                version = f.attrs.get("keras_version")
-    except Exception:  # noqa: BLE001 - unreadable: the loader names what is wrong with it
+        config = _keras_file_entry(path, "config.json", "model_config")
+        config = json.loads(config) if isinstance(config, str) else config
+    except Exception:  # noqa: BLE001 - see the docstring
         return None
-    if isinstance(version, bytes):
-        version = version.decode("utf-8", errors="replace")
-    match = re.match(r"\s*(\d+)\.", str(version)) if version is not None else None
-    return int(match.group(1)) if match else None
+    stack = [(config, "the model config")]
+    while stack:
+        item, layer = stack.pop()
+        if isinstance(item, list):
+            stack.extend((value, layer) for value in reversed(item))
+        if not isinstance(item, dict):
+            continue
+        inner = item.get("config")
+        if isinstance(inner, dict) and isinstance(inner.get("name"), str):
+            layer = f"layer {inner['name']!r}"
+        kind, module = item.get("class_name"), item.get("module")
+        if kind in ("Lambda", "__lambda__"):
+            return f"{layer} is a {kind}"
+        if isinstance(module, str) and module.split(".")[0] not in _KERAS_MODULES:
+            return f"{layer} names module {module!r}"
+        stack.extend((value, layer) for value in reversed(list(item.values())))
+    return None
 
 
 # Runs in a child process without TF_USE_LEGACY_KERAS: there `keras` is Keras 3, which
@@ -334,13 +431,15 @@ def keras_major_version(path: str | os.PathLike) -> int | None:
 _KERAS3_EXPORT = """
 import sys
 import keras
-model = keras.saving.load_model(sys.argv[1], compile=False)
+model = keras.saving.load_model(sys.argv[1], compile=False, safe_mode=sys.argv[3] != "trust")
 model.export(sys.argv[2], format="tf_saved_model", verbose=False)
 """
 
 
-def export_keras3(path: str | os.PathLike, out: str | os.PathLike) -> Path:
-    """Converts a Keras 3 `.keras` / `.h5` file to a SavedModel at `out` and returns `out`.
+def export_keras3(path: str | os.PathLike, out: str | os.PathLike, *,
+                  trust_code: bool = False) -> Path:
+    """Converts a Keras 3 `.keras` / `.h5` file to a SavedModel at `out` and returns `out`
+    (`trust_code` turns Keras 3's safe mode off, so that Lambda layers load).
 
     This process runs tf-keras (Keras 2, for spektral), which cannot deserialise Keras 3's
     classes, so Keras 3 loads the file in a child process and `Model.export` writes the
@@ -353,7 +452,8 @@ def export_keras3(path: str | os.PathLike, out: str | os.PathLike) -> Path:
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     env["KERAS_BACKEND"] = "tensorflow"
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    proc = subprocess.run([sys.executable, "-c", _KERAS3_EXPORT, str(path), str(out)],
+    proc = subprocess.run([sys.executable, "-c", _KERAS3_EXPORT, str(path), str(out),
+                           "trust" if trust_code else "safe"],
                           env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -1008,13 +1108,14 @@ class ImportedStep(NamedTuple):
 def import_step(source, *, batch_size: int = 1, training: bool = False,
                 input_shapes: Sequence[Sequence[int]] | None = None,
                 learning_rate: float = 1e-3, forwarding: bool = True,
-                kernel_scratch: bool = True) -> ImportedStep:
+                kernel_scratch: bool = True, trust_code: bool = False) -> ImportedStep:
     """`import_model` (static mode) that also hands back the TensorFlow graph, so a solution
     for the graph can be applied to the very ops it was computed for (regal.measure)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     step = _build_step(source, batch_size=batch_size, training=training,
-                       input_shapes=input_shapes, learning_rate=learning_rate)
+                       input_shapes=input_shapes, learning_rate=learning_rate,
+                       trust_code=trust_code)
     ops = _prune(step.graph, step.fetches)
     graph = _static_graph(ops, step.fetches, forwarding=forwarding,
                           kernel_scratch=kernel_scratch)
