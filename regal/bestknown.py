@@ -14,8 +14,9 @@ The store is one JSON-lines file. Two kinds of line:
 
 A solution line is appended only when it beats the key's stored value (monotone: an entry is
 only ever replaced by a better one), lines are flushed and fsynced one by one and a torn last
-line is cut (the harness's record writer), so a killed build loses at most the chunk in flight.
-`compact` rewrites the file with the best entry and the summed effort per key.
+line is cut (`regal.files.JsonLinesWriter`), so a killed build loses at most the chunk in
+flight. A build holds the store's lock from its start: a second build of the same store is
+refused at once. `compact` rewrites the file with the best entry and the summed effort per key.
 
 The portfolio (`improve`) per graph: the stored best, every cheap heuristic (single device,
 round robin, m-topo, gp-dfs, m-etf up to 3,000 ops), CP-SAT on graphs small enough for it,
@@ -35,7 +36,6 @@ store's effort figures would not mean the same from one run to the next.
 from __future__ import annotations
 
 import datetime
-import json
 import math
 import os
 import time
@@ -194,14 +194,20 @@ def load_store(path) -> tuple[dict, dict]:
 
 
 class Store:
-    """A store file opened for reading and monotone appends (one writer at a time)."""
+    """A store file opened for reading and monotone appends (one writer at a time).
 
-    def __init__(self, path):
+    `write=True` takes the store's lock before reading it (`build_store`: a second build of
+    one store is refused before it does any work, not at its first write, hours later);
+    otherwise the first append takes it."""
+
+    def __init__(self, path, write: bool = False):
         self.path = Path(path)
         if self.path.suffix != ".jsonl":
             raise ValueError(f"best-known store {self.path}: expected a .jsonl file")
-        self.best, self.effort = load_store(self.path)
         self._writer = None
+        if write:
+            self._open_writer()
+        self.best, self.effort = load_store(self.path)
 
     def __len__(self) -> int:
         return len(self.best)
@@ -214,13 +220,14 @@ class Store:
         entry = self.best.get(entry_key(fingerprint, devices, memory_limit, objective))
         return None if entry is None else entry.value
 
-    def _write(self, record: dict) -> None:
+    def _open_writer(self) -> None:
         if self._writer is None:
-            from regal.harness import _RecordWriter
-            try:
-                self._writer = _RecordWriter(self.path)
-            except ValueError:
-                raise ValueError(f"best-known store {self.path}: another process is writing it")
+            from regal.files import JsonLinesWriter
+            self._writer = JsonLinesWriter(
+                self.path, busy=f"best-known store {self.path}: another process is writing it")
+
+    def _write(self, record: dict) -> None:
+        self._open_writer()
         self._writer.write(record)
 
     def offer(self, entry: Entry) -> bool:
@@ -233,10 +240,7 @@ class Store:
         return True
 
     def add_effort(self, key: tuple, seconds: float) -> None:
-        fingerprint, devices, limit, objective = key
-        self._write({"format": STORE_FORMAT, "kind": "effort", "fingerprint": fingerprint,
-                     "devices": devices, "memory_limit": None if limit is None else list(limit),
-                     "objective": objective, "seconds": round(float(seconds), 3)})
+        self._write(_effort_record(key, seconds))
         self.effort[key] = self.effort.get(key, 0.0) + float(seconds)
 
     def close(self) -> None:
@@ -245,24 +249,29 @@ class Store:
             self._writer = None
 
     def compact(self) -> None:
-        """Rewrites the file with one solution line per key (the best) and one effort line."""
-        self.close()
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w") as f:
-            for key in sorted(self.best, key=lambda k: (self.best[k].graph, k[1], str(k))):
-                f.write(json.dumps({"format": STORE_FORMAT, **asdict(self.best[key])},
-                                   sort_keys=True) + "\n")
-            for key in sorted(self.effort, key=str):
-                fingerprint, devices, limit, objective = key
-                f.write(json.dumps({"format": STORE_FORMAT, "kind": "effort",
-                                    "fingerprint": fingerprint, "devices": devices,
-                                    "memory_limit": None if limit is None else list(limit),
-                                    "objective": objective,
-                                    "seconds": round(self.effort[key], 3)}, sort_keys=True)
-                        + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        """Rewrites the file with one solution line per key (the best) and one effort line,
+        under the store's lock and from what the file holds then (no other writer's line is
+        lost); replaced atomically (`regal.files`), then the lock is released."""
+        from regal.files import json_text, write_text
+
+        self._open_writer()
+        try:
+            self.best, self.effort = load_store(self.path)
+            records = [{"format": STORE_FORMAT, **asdict(self.best[key])} for key in
+                       sorted(self.best, key=lambda k: (self.best[k].graph, k[1], str(k)))]
+            records += [_effort_record(key, self.effort[key])
+                        for key in sorted(self.effort, key=str)]
+            write_text(self.path, "".join(json_text(r, sort_keys=True) + "\n" for r in records))
+        finally:
+            self.close()
+
+
+def _effort_record(key: tuple, seconds: float) -> dict:
+    """A store line saying that `seconds` of portfolio time went to `key`."""
+    fingerprint, devices, limit, objective = key
+    return {"format": STORE_FORMAT, "kind": "effort", "fingerprint": fingerprint,
+            "devices": devices, "memory_limit": None if limit is None else list(limit),
+            "objective": objective, "seconds": round(float(seconds), 3)}
 
 
 # ---------------------------------------------------------------------------
@@ -530,28 +539,32 @@ def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
     if workers is not None and workers < 1:
         raise ValueError(f"workers: expected a positive count, got {workers}")
     files = _graph_files(graphs)
-    store = Store(store_path)
-    wanted = None if beaten_by is None else beaten_keys(beaten_by, store)
-    summary = BuildSummary()
-    began = time.perf_counter()
-    pending = []  # (job key, path, name, d, limit) still owed time
-    for path in files:
-        graph = load_graph(path)
-        fingerprint = graph.fingerprint()
-        for d in devices:
-            limit = memory_limit(path, d) if callable(memory_limit) else memory_limit
-            key = entry_key(fingerprint, d, limit, objective)
-            limit = key[2]            # per-device bytes (or None), as the job takes them
-            summary.keys += 1
-            if wanted is not None and key not in wanted and key in store.best:
-                summary.not_beaten += 1
-                continue
-            owed = (time_per_graph + time_per_kop * graph.num_nodes / 1000.0
-                    - (0.0 if extra else store.effort.get(key, 0.0)))
-            if owed < 1.0:
-                summary.skipped += 1
-                continue
-            pending.append([key, str(path), path.stem, d, limit, owed])
+    store = Store(store_path, write=True)  # its lock: a second build is refused before any work
+    try:
+        wanted = None if beaten_by is None else beaten_keys(beaten_by, store)
+        summary = BuildSummary()
+        began = time.perf_counter()
+        pending = []  # (job key, path, name, d, limit) still owed time
+        for path in files:
+            graph = load_graph(path)
+            fingerprint = graph.fingerprint()
+            for d in devices:
+                limit = memory_limit(path, d) if callable(memory_limit) else memory_limit
+                key = entry_key(fingerprint, d, limit, objective)
+                limit = key[2]            # per-device bytes (or None), as the job takes them
+                summary.keys += 1
+                if wanted is not None and key not in wanted and key in store.best:
+                    summary.not_beaten += 1
+                    continue
+                owed = (time_per_graph + time_per_kop * graph.num_nodes / 1000.0
+                        - (0.0 if extra else store.effort.get(key, 0.0)))
+                if owed < 1.0:
+                    summary.skipped += 1
+                    continue
+                pending.append([key, str(path), path.stem, d, limit, owed])
+    except BaseException:
+        store.close()
+        raise
     total_owed = sum(p[5] for p in pending)
     bar = None
     if progress and pending:

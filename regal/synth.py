@@ -792,12 +792,6 @@ def _regenerate_command(recipe: SplitRecipe) -> str:
             f"{' --training' if recipe.training else ''} --out DIR")
 
 
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
 def materialize(recipe: SplitRecipe, out_dir, progress: bool = True) -> list[Path]:
     """Writes `{name}_{index:05d}.npz` for every graph of `recipe` into `out_dir`, plus
     `recipe.json`. Files already there are kept, so a killed run resumes where it stopped.
@@ -805,6 +799,7 @@ def materialize(recipe: SplitRecipe, out_dir, progress: bool = True) -> list[Pat
     """
     from tqdm import tqdm
 
+    from regal.files import write_json
     from regal.io import save_graph
 
     out = Path(out_dir)
@@ -823,13 +818,13 @@ def materialize(recipe: SplitRecipe, out_dir, progress: bool = True) -> list[Pat
             raise ValueError(f"out folder {out} holds a different recipe (see {meta_path}); "
                              f"choose another folder")
     out.mkdir(parents=True, exist_ok=True)
-    _write_json_atomic(meta_path, {
+    write_json(meta_path, {
         "generator": f"regal.synth v{SYNTH_VERSION}",
         "recipe": mine,
         "files": f"{recipe.name}_{{index:05d}}.npz, index 0..{recipe.count - 1}",
         "regenerate": _regenerate_command(recipe),
         "one_graph": f"regal.synth.graph_at(regal.synth.SplitRecipe(**recipe), index)",
-    })
+    }, indent=2, sort_keys=True)
     paths = []
     for i in tqdm(range(recipe.count), desc=recipe.name, unit="graph",
                   disable=not progress):

@@ -58,6 +58,7 @@ import regal.tfenv  # noqa: E402,F401  (OR-Tools before TensorFlow: see regal/tf
 
 import numpy as np  # noqa: E402
 
+from regal.files import JsonLinesWriter, Lock, write_bytes, write_json  # noqa: E402
 from regal.graph import ComputationGraph  # noqa: E402
 from regal.policy.menus import PRIOR_LOGIT  # noqa: E402
 from regal.regal_method import UNIFORM_MUTANT_FRACTION  # noqa: E402
@@ -333,7 +334,9 @@ class BaselineCache:
         self.path = path
         self.values: dict[str, float] = {}
         if path is not None and path.exists():
-            self.values = json.loads(path.read_text())
+            # float(): an infinite value is stored as "Infinity" (regal.files.json_text)
+            self.values = {key: float(value)
+                           for key, value in json.loads(path.read_text()).items()}
 
     @staticmethod
     def key(graph: ComputationGraph, devices: int, seed: int, budget: int, objective: str,
@@ -342,7 +345,7 @@ class BaselineCache:
 
     def save(self) -> None:
         if self.path is not None:
-            _atomic_write_bytes(self.path, json.dumps(self.values, sort_keys=True).encode())
+            write_json(self.path, self.values, sort_keys=True)
 
 
 def rollout_rewards(actors, cache: BaselineCache, jobs: list[tuple]) -> list[float]:
@@ -464,15 +467,6 @@ class Learner:
 # checkpoints
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def save_checkpoint(run: Path, policy, learner: Learner, rng: np.random.Generator,
                     step: int, wall_time: float, cache: BaselineCache) -> None:
     """Weights, Adam slots, RNG state and step in one file, replaced atomically."""
@@ -484,7 +478,7 @@ def save_checkpoint(run: Path, policy, learner: Learner, rng: np.random.Generato
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     cache.save()  # first: a checkpoint never points at baselines that are not on disk
-    _atomic_write_bytes(run / CHECKPOINT_FILE, buf.getvalue())
+    write_bytes(run / CHECKPOINT_FILE, buf.getvalue())
 
 
 def _read_checkpoint(run: Path):
@@ -628,15 +622,36 @@ def stored_config(out) -> dict:
     return {**stored, "out": str(out)}
 
 
-def _prepare_run(config: TrainConfig, resume: bool) -> tuple[Path, TrainConfig]:
+def _prepare_run(config: TrainConfig, resume: bool) -> tuple[Path, TrainConfig, Lock]:
+    """The run folder, locked (`regal.files.Lock`: two runs in one folder would each keep
+    half the history, one's configuration and the other's checkpoint), checked and holding
+    the configuration; the lock, taken before any work, is the caller's to release."""
     run = Path(config.out)
     if run.exists() and not run.is_dir():
         raise ValueError(f"out: {run} is a file, expected a run folder")
     stored = run / CONFIG_FILE
+    if resume and not (run / CHECKPOINT_FILE).exists():
+        raise ValueError(f"out: {run} has no {CHECKPOINT_FILE} to resume from")
+    run.mkdir(parents=True, exist_ok=True)
+    lock = Lock(run, busy=_in_use(run))
+    try:
+        _check_run(run, config, resume)
+        write_json(stored, dataclasses.asdict(config), indent=2)
+    except BaseException:
+        lock.release()
+        raise
+    return run, config, lock
+
+
+def _in_use(run: Path) -> str:
+    return f"out: another training run is using {run} (one run per folder)"
+
+
+def _check_run(run: Path, config: TrainConfig, resume: bool) -> None:
+    """A resumed run must keep its stored configuration; a new one needs a folder without
+    a checkpoint."""
     if resume:
-        if not (run / CHECKPOINT_FILE).exists():
-            raise ValueError(f"out: {run} has no {CHECKPOINT_FILE} to resume from")
-        old = json.loads(stored.read_text())
+        old = json.loads((run / CONFIG_FILE).read_text())
         mine = dataclasses.asdict(config)
         # a setting newer than the stored run ran with its default, and must keep it
         defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)
@@ -653,9 +668,6 @@ def _prepare_run(config: TrainConfig, resume: bool) -> tuple[Path, TrainConfig]:
     elif (run / CHECKPOINT_FILE).exists():
         raise ValueError(f"out: {run} already holds a checkpoint; pass --resume to continue "
                          "it or choose another folder")
-    run.mkdir(parents=True, exist_ok=True)
-    _atomic_write_bytes(stored, (json.dumps(dataclasses.asdict(config), indent=2) + "\n").encode())
-    return run, config
 
 
 def _history_step(line: bytes) -> int | None:
@@ -685,7 +697,7 @@ def _trim_history(path: Path, last_step: int) -> None:
     if skipped:
         print(f"regal: {path}: skipped {skipped} line(s) that are not step records",
               file=sys.stderr)
-    _atomic_write_bytes(path, b"".join(k + b"\n" for k in keep))
+    write_bytes(path, b"".join(k + b"\n" for k in keep))
 
 
 def _validate(policy, val: GraphSource, config: TrainConfig, actors, cache) -> float:
@@ -738,6 +750,7 @@ class _StopFlag:
 
     def __init__(self) -> None:
         self.raised = False
+        self.signum = None  # the first signal's number (the command exits 128 + it)
         self.previous = {}
 
     def __enter__(self):
@@ -750,7 +763,7 @@ class _StopFlag:
     def _handle(self, signum, frame) -> None:
         if self.raised:
             raise KeyboardInterrupt
-        self.raised = True
+        self.raised, self.signum = True, signum
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self.previous.items():
@@ -807,13 +820,23 @@ def _start_from(policy, folder: Path) -> None:
 
 def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
     """Runs (or resumes) training until `config.steps`, `max_minutes` or a signal; checkpoints,
-    exports the final policy to `RUN/policy/` and returns a summary."""
+    exports the final policy to `RUN/policy/` and returns a summary (`signal`: the number of
+    the signal that stopped it, else None). The run folder is locked before TensorFlow
+    loads: a second run in it is refused at once (ValueError)."""
+    run, config, lock = _prepare_run(config, resume)
+    with lock:
+        with regal.tfenv.quiet_native_logs():  # `regal train` hides absl's and CUDA's lines
+            import tensorflow  # noqa: F401
+        return _train_in(run, config, resume, actors)
+
+
+def _train_in(run: Path, config: TrainConfig, resume: bool, actors) -> dict:
+    """`train` in its prepared, locked run folder."""
     import tensorflow as tf
     from tqdm import tqdm
 
     from regal.policy import Policy
 
-    run, config = _prepare_run(config, resume)
     train_set, val_set = graph_source(config.train), graph_source(config.val)
     cache = BaselineCache(run / BASELINES_FILE)
     policy = Policy(**config.policy_kwargs())
@@ -844,7 +867,7 @@ def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
     bar = tqdm(total=config.steps, initial=min(step, config.steps), unit="step", desc="train",
                disable=not config.progress)
     try:
-        with _StopFlag() as stop, open(run / HISTORY_FILE, "a") as history:
+        with _StopFlag() as stop, JsonLinesWriter(run / HISTORY_FILE, _in_use(run)) as history:
             while step < config.steps:
                 elapsed = wall_before + time.perf_counter() - start
                 if stop.raised:
@@ -871,8 +894,7 @@ def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
                     last_val = _validate(policy, val_set, config, actors, cache)
                     record["val_improvement"] = last_val
                 record["wall_time"] = wall_before + time.perf_counter() - start
-                history.write(json.dumps(record) + "\n")
-                history.flush()
+                history.write(record)
                 with writer.as_default(step=step):
                     if rewards is not None:
                         _scalar("reward/mean", record["reward"])
@@ -902,4 +924,4 @@ def train(config: TrainConfig, resume: bool = False, actors=None) -> dict:
         if own_actors:
             actors.close()
     return {"run": str(run), "step": step, "stopped": stopped, "wall_time": wall,
-            "val_improvement": last_val, "policy": str(run / "policy")}
+            "val_improvement": last_val, "policy": str(run / "policy"), "signal": stop.signum}

@@ -24,6 +24,8 @@ import shutil
 import signal
 import time
 import traceback
+import tracemalloc
+import zipfile
 from collections import Counter
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -37,6 +39,7 @@ from regal import harness, optimizers, synth
 from regal.cli import main
 from regal.io import load_graph, save_graph
 from regal.sim import DeviceSpec
+from conftest import npz_with_member
 
 CASE_LIMIT_S = 60.0  # generous: the machine running the suite may be shared and loaded
 STATS: Counter = Counter()
@@ -716,7 +719,39 @@ def binary_case(world, data) -> None:
     graph_commands(world, path)
 
 
-GRAPH_SUITES = {".npz": (npz_case, 30), ".pbtxt": (text_case, 30), ".pb": (binary_case, 30)}
+READ_LIMIT = 8 * 2**20  # what `data info` may allocate (traced) reading a 14-op graph
+
+
+def npz_member_case(world, data) -> None:
+    """A member of 1-32 MiB of zeros (deflated 1,000-fold), or one whose `.npy` header or zip
+    entry declares that much over a few real bytes: skipped when the format does not define
+    it, refused naming it otherwise, and never read (issue 36 item 3)."""
+    with np.load(world["graph"]) as stored:
+        arrays = {k: stored[k] for k in stored.files}
+    name = data.draw(st.sampled_from(sorted(arrays) + ["padding", "notes.txt"]))
+    dtype = np.dtype(data.draw(st.sampled_from(["|u1", "<i4", "<i8", "<f8"])))
+    entries = data.draw(st.integers(2**20, 2**25)) // dtype.itemsize
+    forged = data.draw(st.sampled_from([None, "header", "zip size"]))
+    body = None if forged is None else bytes(data.draw(st.integers(0, 64)))
+    zip_size = 128 + entries * dtype.itemsize if forged == "zip size" else None
+    path = fresh(world, "member").with_suffix(".npz")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    npz_with_member(path, arrays, name, (entries,), dtype, body, zip_size)
+    tracemalloc.start()
+    try:
+        code, _, err = run_cli("graphs.npz-members", ["data", "info", str(path)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < READ_LIMIT, (name, dtype, entries, forged, peak)
+    if name in arrays:
+        assert code == 2 and f"member '{name}.npy'" in err, (name, forged, err)
+    else:
+        assert code == 0, (name, forged, err)
+
+
+GRAPH_SUITES = {".npz": (npz_case, 30), ".pbtxt": (text_case, 30), ".pb": (binary_case, 30),
+                "members.npz": (npz_member_case, 20)}
 
 
 @pytest.mark.parametrize("suffix", sorted(GRAPH_SUITES))
@@ -772,3 +807,285 @@ def _pbtxt_with_persistent(world, ops: int, each: int) -> Path:
 def test_known_overflowing_graphs_are_refused_or_exact(world, make):
     """The issue's reproductions of items 1-2: exit 2 naming the op, or exact figures."""
     graph_commands(world, make(world))
+
+
+# ---------------------------------------------------------------------------
+# model sources (these cases import TensorFlow): `package.module:attr` that builds no model,
+# Keras files whose config carries code (issue 36 items 4 and 6)
+
+# attributes that are no model builder; none does harm when called without arguments
+NOT_BUILDERS = ["time:sleep", "os.path:join", "math:pi", "os:getcwd", "builtins:max",
+                "builtins:dict", "json:dumps", "random:random", "string:ascii_letters",
+                "collections:OrderedDict"]
+SAFE_LAYERS = [
+    {"class_name": "Dense", "module": "keras.layers", "config": {
+        "name": "dense", "units": 2, "kernel_initializer": {
+            "module": "keras.initializers", "class_name": "GlorotUniform",
+            "config": {"seed": None}, "registered_name": None}}},
+    {"class_name": "TFOpLambda", "module": "tf_keras.src.layers.core.tf_op_layer",
+     "config": {"name": "tf.math.add", "function": "math.add"}},  # a TF op, not code
+]
+CODE_LAYERS = {  # config item that carries code -> the words naming it in the refusal
+    "lambda": ({"class_name": "Lambda", "config": {
+        "name": "code", "function": ["4wIAAAAAAAAA", None, None], "function_type": "lambda",
+        "module": "__main__"}}, "layer 'code' is a Lambda"),
+    "named function": ({"class_name": "Lambda", "config": {
+        "name": "code", "function": "system", "function_type": "function", "module": "os"}},
+        "layer 'code' is a Lambda"),
+    "__lambda__": ({"class_name": "Dense", "config": {
+        "name": "code", "units": 1, "activation": {"class_name": "__lambda__",
+                                                   "config": {"code": "4wIAAAAAAAAA"}}}},
+        "layer 'code' is a __lambda__"),
+    "module": ({"class_name": "Popen", "module": "subprocess", "registered_name": "Popen",
+                "config": {"name": "code"}}, "layer 'code' names module 'subprocess'"),
+}
+
+
+def keras_file_with_code(world, data) -> tuple[Path, str]:
+    """A `.h5` or `.keras` file whose model config holds a code-carrying item among safe
+    layers, nested 0-2 models deep, and the words its refusal must hold."""
+    import h5py
+
+    item, words = CODE_LAYERS[data.draw(st.sampled_from(sorted(CODE_LAYERS)))]
+    for depth in range(data.draw(st.integers(0, 2))):
+        layers = data.draw(st.permutations(SAFE_LAYERS + [item]))
+        item = {"class_name": "Functional", "config": {"name": f"inner{depth}",
+                                                       "layers": list(layers)}}
+    layers = data.draw(st.permutations(SAFE_LAYERS + [item]))
+    config = json.dumps({"class_name": "Functional", "module": "keras.src.models.functional",
+                         "config": {"name": "model", "layers": list(layers)}})
+    version = data.draw(st.sampled_from(["2.21.0", "3.15.1"]))
+    path = fresh(world, "code").with_suffix(data.draw(st.sampled_from([".h5", ".keras"])))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".h5":
+        with h5py.File(path, "w") as f:
+            f.attrs["model_config"], f.attrs["keras_version"] = config, version
+    else:
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("config.json", config)
+            archive.writestr("metadata.json", json.dumps({"keras_version": version}))
+    return path, f"{path}: {words}"
+
+
+def model_source_case(world, data) -> None:
+    if data.draw(st.booleans()):
+        source = data.draw(st.sampled_from(NOT_BUILDERS))
+        words = source
+    else:
+        path, words = keras_file_with_code(world, data)
+        source = str(path)
+    command = data.draw(st.sampled_from(["import", "optimize"]))
+    argv = [command, source, "--out", str(fresh(world, "src")) + ".npz"] + \
+        (["--devices", "2"] if command == "optimize" else [])
+    code, _, err = run_cli("models", argv)
+    assert code == 2 and words in err, (argv, err)
+
+
+@scaled(20, 300)
+def test_fuzz_model_sources(world, examples):
+    fuzz(examples, lambda data: model_source_case(world, data))
+
+
+# ---------------------------------------------------------------------------
+# issue 36: every output survives a full disk, a second writer and a reader that stops
+# early. These run `regal` in a child (tests/subproc.py): a file-size limit or a closed
+# stdout cannot be set up in this process.
+
+
+def strict_json(text):
+    """json.loads refusing NaN and Infinity (not JSON; regal.files writes neither)."""
+    def refuse(constant):
+        raise ValueError(f"not standard JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def no_temporary_files(folder: Path) -> None:
+    left = [p for p in folder.rglob(".*") if ".tmp" in p.name]
+    assert not left, left
+
+
+def disk_case(world, name: str, folder: Path) -> tuple[list[str], Path]:
+    """`folder` holding what a command's output was before it runs again: (argv, output)."""
+    graph, graphs = str(world["graph"]), str(world["graphs"])
+    folder.mkdir(parents=True)
+    if name == "optimize":  # `--init keep.json --out keep.json`: the file it starts from
+        out = folder / "keep.json"
+        solution = world["root"] / "keep.json"
+        if not solution.exists():
+            run_cli("disk", ["optimize", graph, "--devices", "2", "--budget", "100", "--out",
+                             str(solution)])
+        shutil.copy(solution, out)
+        return ["optimize", graph, "--devices", "2", "--budget", "100", "--init", str(out),
+                "--out", str(out)], out
+    if name == "plot":
+        out = folder / "p.png"
+        out.write_bytes(b"the previous plot")
+        return ["optimize", graph, "--devices", "2", "--budget", "100", "--plot", str(out)], out
+    if name == "compare":  # appends 4 records (seed 2) to the 8 there
+        out = folder / harness.RECORDS_FILE
+        out.write_bytes(b"".join(world["lines"]))
+        return ["compare", "--methods", "random,brkga", "--graphs", graphs, "--budget", "100",
+                "--seeds", "3", "--workers", "1", "--quiet", "--out", str(folder)], out
+    if name == "best-known":
+        out = folder / "bk.jsonl"
+        out.write_bytes(b'{"note": "a line from before"}\n')
+        return ["best-known", graph, "--devices", "2", "--time-per-graph", "1", "--workers",
+                "1", "--quiet", "--out", str(out)], out
+    if name == "import":
+        out = folder / "g.pbtxt"
+        out.write_bytes(b"the previous graph file")
+        return ["import", graph, "--out", str(out)], out
+    out = folder / "synth"  # data synth: a folder of graphs and recipe.json
+    return ["data", "synth", "--count", "2", "--min-ops", "60", "--max-ops", "80", "--seed",
+            "1", "--quiet", "--out", str(out)], out
+
+
+def check_disk_case(name: str, code: int, err: str, out: Path, before: bytes | None) -> None:
+    """Exit 0 with whole outputs, or exit 2 with one line and the previous output kept."""
+    from subproc import one_error_line
+
+    assert code in (0, 2), (name, code, err)
+    if code == 2:
+        line = one_error_line(err)
+        assert "File too large" in line and str(out.parent) in line, line
+    if name in ("compare", "best-known"):  # appends: the lines before, then whole lines
+        data = out.read_bytes()
+        assert data.startswith(before) and data.endswith(b"\n"), data[-200:]
+        for line in data.splitlines():
+            strict_json(line)
+    elif name == "data synth":
+        for path in out.glob("*.npz"):
+            load_graph(path)  # no torn graph that a rerun would keep as done
+        if (out / "recipe.json").exists():
+            strict_json((out / "recipe.json").read_text())
+    elif code == 2:
+        assert out.read_bytes() == before
+    elif name == "optimize":
+        strict_json(out.read_text())
+    elif name == "plot":
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        load_graph(out)
+    no_temporary_files(out.parent)
+
+
+DISK_COMMANDS = ["optimize", "plot", "compare", "best-known", "import", "data synth"]
+
+
+@pytest.fixture(scope="module")
+def output_sizes(world):
+    """The size of the largest file each command writes, unconstrained (the limits below
+    are fractions of it, so that a write fails at its start, its middle or not at all)."""
+    sizes = {}
+    for name in DISK_COMMANDS:
+        argv, out = disk_case(world, name, fresh(world, "free"))
+        assert run_cli("disk", argv)[0] == 0
+        folder = out if out.is_dir() else out.parent
+        sizes[name] = max(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return sizes
+
+
+@pytest.mark.parametrize("name", DISK_COMMANDS)
+@pytest.mark.parametrize("fraction", [
+    pytest.param(0.5, id="default"),
+    *[pytest.param(f, id=f"slow{f}", marks=pytest.mark.slow) for f in (0, 0.1, 0.9, 0.99, 2)]])
+def test_fuzz_full_disk(world, output_sizes, name, fraction):
+    """No file may grow past `fraction` of the command's largest output (RLIMIT_FSIZE: the
+    write fails with EFBIG, as on a full disk), or 64 bytes."""
+    from subproc import regal
+
+    argv, out = disk_case(world, name, fresh(world, "disk"))
+    before = out.read_bytes() if out.is_file() else None
+    # 64 bytes at least: below that, numba's semaphore in /dev/shm fails, with a warning
+    code, _, err = regal(argv, file_limit=max(64, int(fraction * output_sizes[name])))
+    STATS["full disk", f"exit {code}"] += 1
+    check_disk_case(name, code, err, out, before)
+    if fraction < 1 and name in ("compare", "best-known", "data synth"):
+        assert code == 2  # the append, or a graph, failed: the rerun resumes and completes
+        code, _, err = regal(argv)
+        assert code == 0, err
+        check_disk_case(name, code, err, out, before)
+
+
+@pytest.mark.parametrize("name", ["compare", "best-known"])
+def test_fuzz_concurrent_writers(world, name):
+    """Two builds of one store, two experiments into one folder, started together: one
+    does the work, the other is refused at once (or, started after the first finished,
+    finds nothing left to do); no run or chunk is done twice."""
+    import subprocess
+    import sys
+
+    from subproc import ROOT, one_error_line
+
+    folder = fresh(world, "race")
+    folder.mkdir(parents=True)
+    if name == "compare":
+        argv = ["compare", "--methods", "random,brkga", "--graphs", str(world["graphs"]),
+                "--budget", "100", "--seeds", "2", "--workers", "1", "--quiet", "--out",
+                str(folder)]
+        busy = "another experiment is writing"
+    else:
+        argv = ["best-known", str(world["graph"]), "--devices", "2", "--time-per-graph", "2",
+                "--workers", "1", "--quiet", "--out", str(folder / "bk.jsonl")]
+        busy = "another process is writing it"
+    env = {k: v for k, v in os.environ.items() if k != "REGAL_DEBUG"}
+    procs = [subprocess.Popen([sys.executable, "-m", "regal.cli", *argv], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
+    for p in procs:
+        p.stdout.close()
+        p.stderr.close()
+    codes = sorted(code for code, _, _ in results)
+    STATS["concurrent writers", str(codes)] += 1
+    assert codes in ([0, 2], [0, 0]), results
+    for code, out, err in results:
+        if code == 2:
+            assert busy in one_error_line(err)
+    if name == "compare":
+        records = harness.read_records(folder / harness.RECORDS_FILE)
+        assert len(records) == len({harness.record_key(r) for r in records}) == 8
+    else:
+        lines = [strict_json(line) for line in (folder / "bk.jsonl").read_text().splitlines()]
+        assert sum(r.get("kind") == "effort" for r in lines) == 1  # one build's one chunk
+
+
+PIPE_COMMANDS = {
+    "optimize": lambda world, out: ["optimize", str(world["graph"]), "--devices", "2",
+                                    "--budget", "100", "--out", str(out / "s.json")],
+    "infeasible": lambda world, out: ["optimize", str(world["graph"]), "--devices", "2",
+                                      "--budget", "100", "--memory-limit", "1", "--out",
+                                      str(out / "s.json")],
+    "report": lambda world, out: ["report", str(world["results"]), "--out", str(out),
+                                  "--no-chart", "--no-bounds"],
+    "data info": lambda world, out: ["data", "info", str(world["graph"]),
+                                     str(world["root"] / "graph.pbtxt")],
+    "compare": lambda world, out: ["compare", "--methods", "random,brkga", "--graphs",
+                                   str(world["graphs"]), "--budget", "100", "--seeds", "2",
+                                   "--workers", "1", "--quiet", "--out", str(world["results"])],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PIPE_COMMANDS))
+@pytest.mark.parametrize("lines", [pytest.param(0, id="default"),
+                                   pytest.param(1, id="slow1", marks=pytest.mark.slow),
+                                   pytest.param(3, id="slow3", marks=pytest.mark.slow)])
+def test_fuzz_closed_pipes(world, name, lines):
+    """`regal ... | head -N`: the reader takes N lines and goes. Not an error: the command
+    ends as it would have (its exit code, its files whole), with nothing on stderr about
+    the pipe."""
+    from subproc import regal
+
+    out = fresh(world, "pipe")
+    out.mkdir(parents=True)
+    argv = PIPE_COMMANDS[name](world, out)
+    code, stdout, err = regal(argv, read_lines=lines)
+    STATS["closed pipes", f"exit {code}"] += 1
+    assert code == (3 if name == "infeasible" else 0), err
+    assert "Traceback" not in err and "BrokenPipe" not in err and "error" not in err, err
+    assert stdout.count("\n") <= lines
+    if name in ("optimize", "infeasible"):
+        record = strict_json((out / "s.json").read_text())
+        assert len(record["ops"]) == record["graph"]["ops"]
+    if name == "report":
+        check_table((out / "table.csv").read_text())

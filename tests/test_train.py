@@ -389,7 +389,7 @@ def test_sigterm_checkpoints_and_stops(tmp_path):
     sender.start()
     summary = train(config)
     sender.join()
-    assert summary["stopped"] == "signal"
+    assert summary["stopped"] == "signal" and summary["signal"] == signal.SIGTERM  # exit 143
     meta = json.loads(str(_checkpoint(run)["meta"]))
     assert meta["step"] == summary["step"] == len(_history(run)) >= 1
     assert (run / "policy" / "weights.npz").exists()

@@ -18,9 +18,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from pathlib import Path
 
+from regal.files import write_bytes as atomic_write_bytes  # noqa: F401  (the one writer)
 from regal.graph import ComputationGraph
 
 __all__ = ["load_graph", "save_graph", "SUFFIXES", "atomic_write_bytes", "check_regular_file"]
@@ -88,29 +88,3 @@ def save_graph(graph: ComputationGraph, path: str | os.PathLike) -> None:
         costgraph.write_costgraph_text(graph, path)
     else:
         costgraph.write_costgraph_bytes(graph, path)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Writes `data` to a temporary file beside `path`, then renames it over `path`.
-
-    Readers never see a half-written file, and a failure leaves `path` untouched.
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

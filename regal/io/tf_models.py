@@ -153,7 +153,8 @@ def write_real_readme(out_dir: str | os.PathLike, readme: str | os.PathLike) -> 
     text = _README.format(rows="\n".join(rows), count=len(rows),
                           size=f"{total_size / 2**20:.1f} MiB", seq=SEQ_LEN, vocab=VOCAB,
                           d=D_MODEL, heads=HEADS, ff=D_FF, layers=LAYERS)
-    Path(readme).write_text(text)
+    from regal.files import write_text
+    write_text(readme, text)
     return text
 
 

@@ -4,7 +4,6 @@ and logits -> action live in the TF-free `regal.policy.menus`, the distribution 
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from pathlib import Path
@@ -159,12 +158,16 @@ class Policy:
         return self.evaluate(graph, devices, self.default, objective)[1]
 
     def save(self, directory) -> None:
-        """Writes `config.json` and `weights.npz` (one array per variable, in build order)."""
+        """Writes `config.json` and `weights.npz` (one array per variable, in build order),
+        each replaced atomically (`regal.files`)."""
+        from regal.files import replacing, write_json
+
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         weights = self.net.get_weights()
-        (path / CONFIG_FILE).write_text(json.dumps(self.config, indent=2) + "\n")
-        np.savez(path / WEIGHTS_FILE, **{f"w{i:03d}": w for i, w in enumerate(weights)})
+        write_json(path / CONFIG_FILE, self.config, indent=2)
+        with replacing(path / WEIGHTS_FILE) as tmp:
+            np.savez(tmp, **{f"w{i:03d}": w for i, w in enumerate(weights)})
 
     @classmethod
     def load(cls, directory) -> "Policy":
