@@ -37,8 +37,8 @@ def cmd_data_info(args) -> int:
         graph = load_graph(path)
         s = summarize(graph)
         if args.json:  # exact figures for scripts: one JSON object per file
-            import json
-            print(json.dumps({"file": str(path), **s}))
+            from regal.files import json_text
+            print(json_text({"file": str(path), **s}))
             continue
         print(f"{path}")
         for key, value in _human_summary(s).items():
@@ -100,7 +100,7 @@ def cmd_import(args) -> int:
                          f"{', '.join(SUFFIXES)}")
     _check_output("--out", args.out)
     graph = load_graph_or_model(args.model, batch_size=args.batch, training=args.training,
-                                run=args.run)
+                                run=args.run, trust_code=args.trust_code)
     save_graph(graph, args.out)
     s = summarize(graph)
     print(f"wrote {args.out}: {s['ops']:,} ops, {s['tensors']:,} tensors, "
@@ -299,7 +299,7 @@ def cmd_optimize(args) -> int:
     _check_output("--out", args.out)
     _check_output("--plot", args.plot)
     graph = load_graph_or_model(args.graph, batch_size=args.batch, training=args.training,
-                                run=args.run)
+                                run=args.run, trust_code=args.trust_code)
     imported = graph  # what `regal apply` re-imports: the user's constraints come on top
     if args.pin or args.colocate:
         from regal.graph import with_constraints
@@ -331,7 +331,21 @@ def cmd_optimize(args) -> int:
     finally:
         if bars:
             bars[0].close()
-    references = [optimizers.single_device(problem), optimizers.round_robin(problem)]
+    # the files first: a reader of stdout that stops early (`| head -1`) loses no solution
+    written = []
+    if args.out:
+        from regal.files import write_json
+        write_json(args.out, optimizers.solution_record(problem, solution, budget,
+                                                        source=args.graph, imported=imported),
+                   indent=1)
+        written.append(args.out)
+    if args.plot:
+        from regal.files import replacing
+        from regal.plots import plot_solution
+        with replacing(args.plot) as tmp:  # its suffix is the plot's: the same format
+            plot_solution(problem, solution, tmp, title=f"{args.graph} ({args.method})")
+        written.append(args.plot)
+    references = optimizers.reference_solutions(problem)
     print(f"{args.graph}: {graph.num_nodes:,} ops on {devices.count} devices")
     print("\n".join(optimizers.describe(problem, solution, references)))
     if solution.extra.get("stopped_by") == "time_limit":
@@ -351,17 +365,8 @@ def cmd_optimize(args) -> int:
         bound = lower_bound(graph, devices, extra=extra)
         print(f"within {100 * gap_to_bound(solution.value, bound):.2f}% of the lower bound "
               f"{format_bytes(bound.value)} ({bound.source})")
-    if args.out:
-        import json
-        record = optimizers.solution_record(problem, solution, budget, source=args.graph,
-                                            imported=imported)
-        with open(args.out, "w") as f:
-            json.dump(record, f, indent=1)
-        print(f"wrote {args.out}")
-    if args.plot:
-        from regal.plots import plot_solution
-        plot_solution(problem, solution, args.plot, title=f"{args.graph} ({args.method})")
-        print(f"wrote {args.plot}")
+    for path in written:
+        print(f"wrote {path}")
     return 0 if solution.feasible else EXIT_INFEASIBLE
 
 
@@ -483,20 +488,21 @@ def cmd_train(args) -> int:
                     "new run folder to change it)")
             settings[field] = value
     config = TrainConfig(**settings)  # a bad setting: one line, before TensorFlow loads
-    import regal.tfenv
-    with regal.tfenv.quiet_native_logs():  # absl's and the CUDA probe's lines are noise here
-        import tensorflow  # noqa: F401
-    summary = train(config, resume=bool(resume))
+    summary = train(config, resume=bool(resume))  # locks the run folder, then loads TensorFlow
     print(f"stopped ({summary['stopped']}) at step {summary['step']} after "
           f"{summary['wall_time'] / 60:.1f} min; last validation improvement: "
           f"{summary['val_improvement']}; policy in {summary['policy']}")
+    if summary.get("signal"):  # Ctrl-C or SIGTERM, checkpoint saved: 128 + N, as `compare`
+        print(f"regal: interrupted; `regal train --resume {out}` continues", file=sys.stderr)
+        return 128 + summary["signal"]
     return 0
 
 
 def cmd_apply(args) -> int:
     _check_output("--out", args.out, folder=True)  # before TensorFlow is paid for
-    from regal.io.solution import read_solution_file
+    from regal.io.solution import check_device_format, read_solution_file
     solution = read_solution_file(args.solution)  # a bad file: one line, before TensorFlow
+    check_device_format(args.device_format, solution["devices"]["count"])
     from regal.io.sources import is_model
     if not is_model(args.model):
         raise ValueError(f"{args.model}: a graph file; apply needs the model it was imported "
@@ -505,7 +511,7 @@ def cmd_apply(args) -> int:
 
     result = apply_solution(args.model, solution, args.out, batch_size=args.batch,
                             training=args.training, kind=args.device_type,
-                            device_format=args.device_format)
+                            device_format=args.device_format, trust_code=args.trust_code)
     print(f"applied {args.solution}: {result['control_edges']} control edges chain each "
           f"device's order")
     if result["moved"]:
@@ -516,14 +522,14 @@ def cmd_apply(args) -> int:
     if result["unmatched_variables"]:
         print(f"saved_model: {result['unmatched_variables']} variables not found in the "
               f"source got random values")
+    if result.get("no_saved_model"):
+        print(f"regal: warning: {result['no_saved_model']}", file=sys.stderr)
     for path in result["files"]:
         print(f"wrote {path}")
     return 0
 
 
 def cmd_measure(args) -> int:
-    import json
-
     _check_output("--json", args.json)  # before TensorFlow is paid for
     from regal.io.solution import read_solution_file
     solution = read_solution_file(args.solution)  # a bad file: one line, before TensorFlow
@@ -531,11 +537,11 @@ def cmd_measure(args) -> int:
 
     result = measure(args.model, solution, args.devices, batch_size=args.batch,
                      training=args.training, kind=args.device_type, runs=args.runs,
-                     seed=args.seed)
+                     seed=args.seed, trust_code=args.trust_code)
     print("\n".join(result.lines()))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result.to_dict(), f, indent=1)
+        from regal.files import write_json
+        write_json(args.json, result.to_dict(), indent=1)
         print(f"wrote {args.json}")
     return 0
 
@@ -604,13 +610,21 @@ def _version() -> str:
 
 
 def _model_options(p) -> None:
-    """--batch, --training, --run: how `import` and `optimize` import a model."""
+    """--batch, --training, --run, --trust-code: how `import` and `optimize` import a model."""
     p.add_argument("--batch", type=positive_int, default=None, metavar="B",
                    help="a model's batch size (default 1)")
     p.add_argument("--training", action="store_true",
                    help="a model's training step: forward, backward, optimizer update")
     p.add_argument("--run", action="store_true",
                    help="run the model once and use TensorFlow's measured cost graph")
+    _trust_code_option(p)
+
+
+def _trust_code_option(p) -> None:
+    """--trust-code: every command that loads a model file."""
+    p.add_argument("--trust-code", action="store_true",
+                   help="load a .keras/.h5 file whose layers carry Python code (Lambda "
+                        "layers), which then runs; only for files you trust")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -620,8 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "a graph file) on several devices, so that the busiest device's peak memory "
                     "is as low as possible, or the step time under per-device memory limits.",
         epilog="Start with `regal optimize GRAPH --devices 4`; `regal COMMAND --help` for "
-               "each command. Exit codes: 0 ok, 2 bad input (one line says what), 3 no "
-               "solution within the memory limits.")
+               "each command. Exit codes: 0 ok, 2 bad input or an output that cannot be "
+               "written (one line says what), 3 no solution within the memory limits, 130 "
+               "interrupted (train: 128 + the signal, after its checkpoint).")
     parser.add_argument("--version", action="version", version=f"regal {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -842,6 +857,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="device of solution device k: /device:TYPE:k (default GPU)")
     p.add_argument("--device-format", default=None, metavar="FMT",
                    help="device string with {k}, e.g. /job:worker/task:0/device:GPU:{k}")
+    _trust_code_option(p)
     p.set_defaults(func=cmd_apply)
 
     p = sub.add_parser("measure", help="run a placed model on D devices; measured vs "
@@ -858,12 +874,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the random weights and inputs")
     p.add_argument("--json", metavar="FILE", help="also write the numbers here")
+    _trust_code_option(p)
     p.set_defaults(func=cmd_measure)
 
     return parser
 
 
+class _Stdout:
+    """sys.stdout while a command runs. Once the reader of a pipe has gone (`regal optimize
+    ... | head -1`), the rest of the output is dropped instead of raising BrokenPipeError:
+    a closed pipe is not an error, and the command still ends as it would have, its files
+    written and its own exit code returned (0, or 3 for a solution over the limits)."""
+
+    def __init__(self, stream):
+        self.stream, self.reader_gone = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.reader_gone:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self._drop_the_rest()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.reader_gone:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._drop_the_rest()
+
+    def _drop_the_rest(self) -> None:
+        # stdout's file descriptor onto /dev/null: what the stream still buffers, and the
+        # interpreter's last flush at exit, go there instead of raising again
+        self.reader_gone = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.stream.fileno())
+        os.close(devnull)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    stdout = sys.stdout
+    if stdout is None:  # no stdout at all (pythonw): print() already discards
+        return _run(argv)
+    sys.stdout = _Stdout(stdout)
+    try:
+        return _run(argv)
+    finally:
+        sys.stdout.flush()  # here, not at exit: a gone reader is then no traceback
+        sys.stdout = stdout
+
+
+def _run(argv: list[str] | None) -> int:
+    """Parses `argv` and runs its command: user errors are one line and exit code 2."""
+    from regal.files import WRITE_ERRNOS, WriteError
     from regal.graph import GraphError
     from regal.harness import WorkerDied
 
@@ -877,11 +944,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"regal: error: {exc}", file=sys.stderr)
         return 1
     except (UserError, GraphError, OSError, ValueError) as exc:
-        # an OSError is the user's when it names a file (missing, a folder, not writable)
-        if os.environ.get("REGAL_DEBUG") or (isinstance(exc, OSError) and not exc.filename):
+        # an OSError is the user's when it names a file (missing, a folder, not writable),
+        # or when an output cannot be written (full disk, `ulimit -f`: regal.files)
+        disk = isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS
+        if os.environ.get("REGAL_DEBUG") or (isinstance(exc, OSError) and not exc.filename
+                                             and not disk):
             raise
-        msg = str(exc) if not isinstance(exc, OSError) or not exc.filename else \
-            f"{exc.strerror}: {exc.filename}"
+        if isinstance(exc, WriteError) or not isinstance(exc, OSError):
+            msg = str(exc)
+        elif exc.filename:
+            msg = f"{exc.strerror}: {exc.filename}"
+        else:  # a writer that does not go through regal.files names no file
+            msg = f"{exc.strerror} (a file could not be written or read)"
         print(f"regal: error: {msg}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

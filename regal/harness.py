@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from regal.files import JsonLinesWriter, Lock
 from regal.workers import exit_with_parent, set_numba_threads
 
 __all__ = ["GRAPH_SUFFIXES", "RECORDS_FILE", "KEY_FIELDS", "Task", "GraphEntry", "RunSummary",
@@ -220,7 +221,6 @@ def make_tasks(methods: Sequence[str], entries: Sequence[GraphEntry], **grid) ->
         raise ValueError("graphs: no graphs to run")
     limit_of = g["memory_limits"] if callable(g["memory_limits"]) else None
     from regal.optimizers import method_revision
-    revisions = {method: method_revision(method) for method in g["methods"]}
     tasks = []
     for entry in entries:
         limits = {d: g["memory_limits"] if limit_of is None else
@@ -235,7 +235,8 @@ def make_tasks(methods: Sequence[str], entries: Sequence[GraphEntry], **grid) ->
                             for seed in g["seeds"]:
                                 tasks.append(Task(method, entry.dataset, entry.name, entry.path,
                                                   entry.fingerprint, entry.ops, seed, budget, d,
-                                                  limit, objective, options, revisions[method]))
+                                                  limit, objective, options,
+                                                  method_revision(method, limit)))
     return tasks
 
 
@@ -262,7 +263,7 @@ def current_revisions(records: Iterable[Mapping]) -> list:
     from regal.optimizers import METHODS, method_revision
 
     return [r for r in records if r.get("method") not in METHODS
-            or r.get("revision", "") == method_revision(r["method"])]
+            or r.get("revision", "") == method_revision(r["method"], r.get("memory_limit"))]
 
 
 def _time_limit(options: dict, extra: dict):
@@ -471,6 +472,8 @@ def read_records(path, skipped: dict | None = None, check: bool = False) -> list
         raise ValueError(f"records: {path} is not a regular file")
     records = []
     for number, record, why in _json_lines(path):
+        if isinstance(record, dict) and record.get("value") == "Infinity":
+            record["value"] = math.inf  # an infinite makespan, as regal.files.json_text spells it
         if why is None:
             why = check_record(record) if check else \
                 (None if isinstance(record, dict) else check_record(record))
@@ -486,20 +489,21 @@ def forget_records(out, methods: Iterable[str]) -> int:
     again; returns how many were removed. Why: a record's key names the method, its options
     and its revision (`regal.optimizers.REVISIONS`), so a change of code that was not given a
     new revision would have its stored runs reused.
-    Every other line is kept as it is; the file is replaced atomically."""
-    from regal.io import atomic_write_bytes
+    Every other line is kept as it is; the file is replaced atomically, under its lock."""
+    from regal.files import write_bytes
 
     path = Path(out) / RECORDS_FILE
     if not path.exists():
         return 0
     methods = set(methods)
-    drop = {number for number, record, _ in _json_lines(path)
-            if isinstance(record, dict) and record.get("method") in methods}
-    if drop:
-        with open(path, "rb") as f:       # lines as _json_lines numbers them
-            lines = f.readlines()
-        atomic_write_bytes(path, b"".join(line for number, line in enumerate(lines, start=1)
-                                          if number not in drop))
+    with Lock(path, _busy(path)):  # a running experiment's appends would be lost
+        drop = {number for number, record, _ in _json_lines(path)
+                if isinstance(record, dict) and record.get("method") in methods}
+        if drop:
+            with open(path, "rb") as f:       # lines as _json_lines numbers them
+                lines = f.readlines()
+            write_bytes(path, b"".join(line for number, line in enumerate(lines, start=1)
+                                       if number not in drop))
     return len(drop)
 
 
@@ -529,58 +533,15 @@ def load_records(folder, skipped: dict | None = None) -> list[dict]:
     return list(by_key.values())
 
 
-def _cut_torn_tail(path: Path) -> None:
-    """Truncates a half-written last line so the next append starts on a fresh line."""
-    if not path.exists():
-        return
-    with open(path, "rb+") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        if size == 0:
-            return
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return
-        block, pos = 65536, size
-        keep = 0
-        while pos > 0:
-            start = max(0, pos - block)
-            f.seek(start)
-            chunk = f.read(pos - start)
-            i = chunk.rfind(b"\n")
-            if i >= 0:
-                keep = start + i + 1
-                break
-            pos = start
-        f.truncate(keep)
-        f.flush()
-        os.fsync(f.fileno())
+def _busy(path: Path) -> str:
+    return f"out: another experiment is writing {path}"
 
 
-class _RecordWriter:
-    """Appends one JSON line per record with flush + fsync; holds an exclusive lock so that
-    two experiments cannot write one file at once."""
+class _RecordWriter(JsonLinesWriter):
+    """records.jsonl's writer: one experiment at a time (`regal.files.JsonLinesWriter`)."""
 
     def __init__(self, path: Path):
-        import fcntl
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(path, "ab")
-        try:
-            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self.file.close()
-            raise ValueError(f"out: another experiment is writing {path}") from None
-        _cut_torn_tail(path)
-        self.file.seek(0, os.SEEK_END)
-
-    def write(self, record: dict) -> None:
-        self.file.write((json.dumps(record, sort_keys=True) + "\n").encode())
-        self.file.flush()
-        os.fsync(self.file.fileno())
-
-    def close(self) -> None:
-        self.file.close()
+        super().__init__(path, busy=_busy(path))
 
 
 # ---------------------------------------------------------------------------

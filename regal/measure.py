@@ -42,6 +42,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # no oneDNN rewrite: ops ke
 import json  # noqa: E402
 import math  # noqa: E402
 import re  # noqa: E402
+import shutil  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -50,8 +51,10 @@ with regal.tfenv.quiet_native_logs():  # a `regal` command's errors stay one lin
     import tensorflow as tf  # noqa: E402
 
 from regal.graph import ComputationGraph, GraphError  # noqa: E402
+from regal.files import write_bytes, write_json  # noqa: E402
 from regal.graph import group_leaders  # noqa: E402
-from regal.io.solution import check_solution_record, read_solution_file  # noqa: E402
+from regal.io.solution import (check_device_format, check_solution_record,  # noqa: E402
+                               read_solution_file)
 from regal.io.tensorflow import (FORWARDING_OPS, ImportedStep, colocation_pairs,  # noqa: E402,F401
                                  import_step, keras_major_version, resolve_model,
                                  with_forwarding)
@@ -295,8 +298,9 @@ def placed_graph_def(placed: PlacedStep | ImportedStep, kind: str = "CPU",
     return out
 
 
-def _source_weights(source) -> dict:
-    """Variable name -> value of a Keras source (for the SavedModel); {} when none."""
+def _source_weights(source, trust_code: bool = False) -> dict:
+    """Variable name -> value of a Keras source (for the SavedModel); {} when none. A file
+    with code in it is loaded only with `trust_code` (import_step checked it already)."""
     if isinstance(source, str):
         source = resolve_model(source)
     model = None
@@ -306,7 +310,7 @@ def _source_weights(source) -> dict:
             ".keras", ".h5", ".hdf5"):
         if (keras_major_version(source) or 0) >= 3:
             return {}  # imported through a SavedModel, whose weights come with the step
-        model = tf.keras.models.load_model(str(source), compile=False)
+        model = tf.keras.models.load_model(str(source), compile=False, safe_mode=not trust_code)
     if model is None:
         return {}
     return {w.name.split(":")[0]: w.numpy() for w in model.weights}
@@ -326,25 +330,30 @@ def _is_keras_or_savedmodel(source) -> bool:
 
 def apply_solution(model, solution, out_dir, *, batch_size: int = 1, training: bool = False,
                    kind: str = "CPU", device_format: str | None = None,
-                   input_shapes=None, saved_model: bool | None = None) -> dict:
+                   input_shapes=None, saved_model: bool | None = None,
+                   trust_code: bool = False) -> dict:
     """Writes placed_graph.pb, device_map.json, placement.json (and saved_model/) to out_dir.
+    `trust_code`: a Keras file with code in it may load (`regal.io.tensorflow.import_step`).
 
-    Returns {"files": [...], "moved": {...}, "control_edges": int}.
+    Returns {"files": [...], "moved": {...}, "control_edges": int, "unmatched_variables":
+    int or None, "no_saved_model": why the SavedModel was not written, or None}.
     """
     record = load_solution_record(solution)
+    check_device_format(device_format, record["devices"]["count"])
     step = model if isinstance(model, ImportedStep) else import_step(
-        model, batch_size=batch_size, training=training, input_shapes=input_shapes)
+        model, batch_size=batch_size, training=training, input_shapes=input_shapes,
+        trust_code=trust_code)
     placed = place(step, record)
     graph_def = placed_graph_def(placed, kind, device_format)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = []
     path = out / "placed_graph.pb"
-    path.write_bytes(graph_def.SerializeToString())
+    write_bytes(path, graph_def.SerializeToString())
     files.append(str(path))
     device_map = {node.name: node.device for node in graph_def.node}
     path = out / "device_map.json"
-    path.write_text(json.dumps(device_map, indent=1))
+    write_json(path, device_map, indent=1)
     files.append(str(path))
     names = step.graph.names
     meta = {"feeds": [t.name for t in step.feeds],
@@ -355,22 +364,31 @@ def apply_solution(model, solution, out_dir, *, batch_size: int = 1, training: b
             "moved_by_colocation": {n: list(v) for n, v in placed.moved.items()},
             "fingerprint": step.graph.fingerprint()}
     path = out / "placement.json"
-    path.write_text(json.dumps(meta, indent=1))
+    write_json(path, meta, indent=1)
     files.append(str(path))
     edges = sum(max(len(o) - 1, 0) for o in placed.order)
     if saved_model is None:
         saved_model = not isinstance(model, ImportedStep) and _is_keras_or_savedmodel(model)
-    unmatched = None
+    unmatched = no_saved_model = None
     if saved_model:
         # the source's own weights: a SavedModel's/tf.function's come with the step,
         # a Keras model's are read from the model
         weights = dict(step.values)
         if not isinstance(model, ImportedStep):
-            weights.update(_source_weights(model))
-        unmatched = _write_saved_model(graph_def, step, weights, out / "saved_model")
-        files.append(str(out / "saved_model"))
+            weights.update(_source_weights(model, trust_code))
+        try:
+            unmatched = _write_saved_model(graph_def, step, weights, out / "saved_model")
+            files.append(str(out / "saved_model"))
+        except tf.errors.InvalidArgumentError as exc:
+            # saving runs the variables' initialisers here: a device of another machine
+            # (device_format '/job:worker/...') cannot be placed in this process
+            found = re.search(r"assigned to (\S+)", exc.message)
+            no_saved_model = ("no SavedModel written: this process cannot place ops on "
+                              f"{found.group(1) if found else 'the solution devices'}, and "
+                              "saving runs the variables' initialisers; the GraphDef and "
+                              "device map are written")
     return {"files": files, "moved": placed.moved, "control_edges": edges,
-            "unmatched_variables": unmatched}
+            "unmatched_variables": unmatched, "no_saved_model": no_saved_model}
 
 
 def _write_saved_model(graph_def, step: ImportedStep, weights: dict, path: Path) -> int:
@@ -385,9 +403,9 @@ def _write_saved_model(graph_def, step: ImportedStep, weights: dict, path: Path)
     g, init, _ = _import_for_run(graph_def, values)
     _register_variables(g, values)  # so the SavedModel saves and restores them
     config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
-    if path.exists():
-        import shutil
-        shutil.rmtree(path)
+    # built beside `path`, then swapped in: a failure leaves the previous SavedModel whole
+    building = path.with_name(f".{path.name}.building")
+    shutil.rmtree(building, ignore_errors=True)
     with tf.compat.v1.Session(graph=g, config=config) as sess:
         sess.run(init)
         inputs = {f"input_{i}": tf.compat.v1.saved_model.build_tensor_info(
@@ -397,11 +415,21 @@ def _write_saved_model(graph_def, step: ImportedStep, weights: dict, path: Path)
             for i, t in enumerate(f for f in step.fetches if isinstance(f, tf.Tensor))}
         signature = tf.compat.v1.saved_model.build_signature_def(
             inputs, outputs, tf.compat.v1.saved_model.PREDICT_METHOD_NAME)
-        builder = tf.compat.v1.saved_model.Builder(str(path))
+        builder = tf.compat.v1.saved_model.Builder(str(building))
         builder.add_meta_graph_and_variables(
             sess, [tf.compat.v1.saved_model.SERVING],
             signature_def_map={"serving_default": signature}, clear_devices=False)
-        builder.save()
+        try:
+            builder.save()
+        except BaseException:
+            shutil.rmtree(building, ignore_errors=True)
+            raise
+    old = path.with_name(f".{path.name}.old")
+    if path.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    os.replace(building, path)
+    shutil.rmtree(old, ignore_errors=True)
     return unmatched
 
 
@@ -742,10 +770,11 @@ def _mib(value) -> str:
 def measure(model, solution, devices: int | None = None, *, batch_size: int = 1,
             training: bool = False, input_shapes=None, kind: str = "auto", runs: int = 3,
             seed: int = 0, check_outputs: bool = True,
-            gpu_memory_mb: int | None = None) -> Measurement:
+            gpu_memory_mb: int | None = None, trust_code: bool = False) -> Measurement:
     """Runs `model` placed by `solution` on `devices` devices and measures per-device peaks.
 
-    `model`: anything `regal.io.tensorflow.import_model` takes, or an ImportedStep;
+    `model`: anything `regal.io.tensorflow.import_model` takes (`trust_code` as there), or an
+    ImportedStep;
     `solution`: a solution.json path or record; `devices`: default the solution's count.
     """
     record = load_solution_record(solution)
@@ -754,7 +783,8 @@ def measure(model, solution, devices: int | None = None, *, batch_size: int = 1,
         raise ValueError(f"devices: expected an integer >= 1, got {devices!r}")
     kind = configure_devices(count, kind, gpu_memory_mb)
     step = model if isinstance(model, ImportedStep) else import_step(
-        model, batch_size=batch_size, training=training, input_shapes=input_shapes)
+        model, batch_size=batch_size, training=training, input_shapes=input_shapes,
+        trust_code=trust_code)
     placed = place(step, record, count)
     graph_def = placed_graph_def(placed, kind)
     config = _session_config(kind, count)

@@ -35,8 +35,11 @@ def _save(fig, path) -> None:
     suffix, else PNG."""
     from pathlib import Path
 
+    from regal.files import replacing
+
     suffix = Path(path).suffix.lower().lstrip(".")
-    fig.savefig(path, dpi=110, format=suffix if suffix in _FORMATS else "png")
+    with replacing(path) as tmp:  # a failed write leaves the previous file whole
+        fig.savefig(tmp, dpi=110, format=suffix if suffix in _FORMATS else "png")
 
 
 def _figure_modules():
@@ -375,6 +378,69 @@ def _group_cap(num_ops: int) -> int:
     return int(min(MAX_GROUPS, max(8, round(num_ops ** 0.5))))
 
 
+def _legend_columns(fig, labels, fontsize: float, width_in: float, most: int) -> int:
+    """How many columns (at most `most`) a legend of `labels` may have and still fit in
+    `width_in` inches: long labels (a limit per device) go on more rows, never past the
+    figure's edge. Counts the handle (1.5 em), matplotlib's default pads and spacing."""
+    renderer = fig.canvas.get_renderer()
+    probe = fig.text(0, 0, "", fontsize=fontsize)
+    widest = 0.0
+    for label in labels:
+        probe.set_text(label)
+        widest = max(widest, probe.get_window_extent(renderer).width)
+    probe.remove()
+    em = fontsize * fig.dpi / 72
+    for columns in range(min(most, len(labels)), 1, -1):
+        needed = columns * (widest + (1.5 + 0.8) * em) + (columns - 1) * 2.0 * em + 1.2 * em
+        if needed <= width_in * fig.dpi:
+            rows = -(-len(labels) // columns)
+            return -(-len(labels) // rows)  # as few columns as those rows need: 2 x 2, not 3 + 1
+    return 1
+
+
+def _label_peaks(ax, peaks, colours, t_scale: float, scale: float) -> list:
+    """Writes each device's peak above its marker, inside the axes and never on another:
+    labels whose widths overlap stack above the highest of their markers (the lowest peak at
+    the bottom), and the y range grows to hold the stack. Returns the labels."""
+    from regal.units import format_bytes
+
+    renderer = ax.figure.canvas.get_renderer()
+    px = ax.figure.dpi / 72  # pixels per point
+    labels = [ax.annotate(format_bytes(peak), (at / t_scale, peak / scale), xytext=(0, 7),
+                          textcoords="offset points", ha="center", va="bottom", fontsize=7,
+                          color=colour, fontweight="bold")
+              for (at, peak), colour in zip(peaks, colours)]
+    box = ax.get_window_extent(renderer)
+    sizes = [label.get_window_extent(renderer) for label in labels]
+    spans = []  # (left, right, marker) in pixels; left and right within the axes' width
+    for (at, _), size in zip(peaks, sizes):
+        x = ax.transData.transform((at / t_scale, 0.0))[0]
+        left = min(max(x - size.width / 2, box.x0), box.x1 - size.width)
+        spans.append((left, left + size.width, x))
+    stacks, reach = [], -np.inf  # labels chained by overlapping widths
+    for k in sorted(range(len(labels)), key=lambda j: spans[j][0]):
+        if stacks and spans[k][0] < reach + px:
+            stacks[-1].append(k)
+            reach = max(reach, spans[k][1])
+        else:
+            stacks.append([k])
+            reach = spans[k][1]
+    row = max(s.height for s in sizes) / px + 1.0  # points
+    height = box.height / px
+    y_max = ax.get_ylim()[1]
+    for stack in stacks:
+        top = max(peaks[k][1] for k in stack)
+        for level, k in enumerate(sorted(stack, key=lambda j: (peaks[j][1], j))):
+            left, right, x = spans[k]
+            labels[k].xy = (peaks[k][0] / t_scale, top / scale)
+            labels[k].xyann = (((left + right) / 2 - x) / px, 7 + level * row)
+        room = height - (7 + len(stack) * row + 2)  # points below the stack's bottom
+        if room > 0:
+            y_max = max(y_max, top / scale * height / room)
+    ax.set_ylim(0, y_max)
+    return labels
+
+
 def plot_trace(tr, graph, devices, path, title: str | None = None) -> dict:
     """Writes the figure: memory curves with each device's peak marked (top), ops per device
     and transfers per link (bottom; by group, with a legend, above SMALL_GRAPH_OPS ops).
@@ -397,23 +463,28 @@ def plot_trace(tr, graph, devices, path, title: str | None = None) -> dict:
     lane_y = list(range(d)) + [d - 0.1 + 0.5 * (j + 1) for j in range(len(links))]
     gantt_units = (lane_y[-1] + 0.4) - (-0.5)
     legend_rows = 0 if per_op else -(-groups.count // 3)
-    blocks = [("title", 0.5), ("mem legend", 0.24 * -(-d // 4)), ("mem", 3.0),
+    limits = devices.limits
+    peaks = peak_instants(tr)
+    mem_labels = [f"device {k}: peak {format_bytes(peak)}"
+                  + ("" if limits is None else f" / limit {format_bytes(limits[k])}")
+                  + f" at {format_duration_us(at)}" for k, (at, peak) in enumerate(peaks)]
+    left, width = 0.075, 0.915
+    fig = plt.figure(figsize=(14, 10))  # the height follows from the blocks below
+    mem_columns = _legend_columns(fig, mem_labels, 8, 14 * (1 - left) - 0.1, most=4)
+    blocks = [("title", 0.5), ("mem legend", 0.24 * -(-d // mem_columns)), ("mem", 3.0),
               ("gantt title", 0.3), ("gantt", 0.42 * gantt_units + 0.1), ("xlabel", 0.5),
               ("groups", 0.3 + 0.165 * legend_rows if legend_rows else 0.0), ("margin", 0.1)]
     height = sum(h for _, h in blocks)
-    fig = plt.figure(figsize=(14, height))
+    fig.set_size_inches(14, height)
     top, place = height, {}
     for name, h in blocks:
         place[name] = (top - h) / height, h / height
         top -= h
-    left, width = 0.075, 0.915
     ax_mem = fig.add_axes([left, place["mem"][0], width, place["mem"][1]])
     ax_gantt = fig.add_axes([left, place["gantt"][0], width, place["gantt"][1]], sharex=ax_mem)
     device_colour = plt.get_cmap("tab10")
 
     # memory: one step curve per device, its peak marked (instant and value), its limit dashed
-    limits = devices.limits
-    peaks = peak_instants(tr)
     peak_all = max((p for _, p in peaks), default=0)
     unit, scale = _unit(float(peak_all))
     shown_limits = [] if limits is None else [x for x in limits if x <= 2 * max(peak_all, 1)]
@@ -423,23 +494,16 @@ def plot_trace(tr, graph, devices, path, title: str | None = None) -> dict:
         t = np.concatenate([[0.0], times, [end]]) / t_scale
         v = np.concatenate([[live[0] if len(live) else 0], live, [live[-1] if len(live) else 0]])
         at, peak = peaks[k]
-        limit = "" if limits is None else f" / limit {format_bytes(limits[k])}"
-        ax_mem.step(t, v / scale, where="post", color=colour, lw=1.0,
-                    label=f"device {k}: peak {format_bytes(peak)}{limit} at "
-                          f"{format_duration_us(at)}")
+        ax_mem.step(t, v / scale, where="post", color=colour, lw=1.0, label=mem_labels[k])
         ax_mem.plot([at / t_scale], [peak / scale], marker="v", color=colour, ms=8,
                     markeredgecolor="black", markeredgewidth=0.6, zorder=5, clip_on=False)
-        if d <= 4:  # more values would pile up; the legend holds every one
-            ax_mem.annotate(format_bytes(peak), (at / t_scale, peak / scale),
-                            xytext=(0, 7 + 10 * (k % 2)), textcoords="offset points",
-                            ha="center", fontsize=7, color=colour, fontweight="bold")
         for ax in (ax_mem, ax_gantt):
             ax.axvline(at / t_scale, color=colour, ls=":", lw=0.9, alpha=0.9)
         if limits is not None and limits[k] <= 2 * max(peak_all, 1):
             ax_mem.axhline(limits[k] / scale, color=colour, ls="--", lw=0.8)
     ax_mem.set_ylim(0, y_top / scale * 1.15)
     ax_mem.set_ylabel(f"live memory ({unit})")
-    ax_mem.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=min(d, 4), fontsize=8,
+    ax_mem.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=mem_columns, fontsize=8,
                   frameon=False, borderaxespad=0.2, handlelength=1.5)
     ax_mem.grid(axis="y", lw=0.3)
     ax_mem.tick_params(labelbottom=False)
@@ -489,6 +553,8 @@ def plot_trace(tr, graph, devices, path, title: str | None = None) -> dict:
     ax_gantt.set_ylim(lane_y[-1] + 0.4, -0.5)
     ax_gantt.set_xlabel(f"time ({t_label})")
     ax_gantt.set_xlim(0, end / t_scale)
+    if d <= 4:  # more values would pile up; the legend holds every one
+        _label_peaks(ax_mem, peaks, [device_colour(k % 10) for k in range(d)], t_scale, scale)
     ax_gantt.grid(axis="x", lw=0.3)
     copies = "copies per link" if not links or links[0][0] >= 0 else "copies into each device"
     ax_gantt.set_title(f"ops per device, one bar per op (labelled where it fits); {copies}"
@@ -555,10 +621,15 @@ def _bar_labels(labels) -> list[str]:
 
 
 def plot_method_bars(rows, path, title: str | None = None,
-                     baseline_label: str = "BRKGA-5K") -> None:
+                     baseline_label: str = "BRKGA-5K") -> list[str]:
     """Writes a PNG of Table 1 rows (`regal.report.summarize`): one group of bars per method,
     budget and options, one bar per dataset; % improvement over the baseline (top), % gap from
-    best (bottom). A missing value draws no bar; with few bars each carries its value."""
+    best (bottom). A panel without a value is left out (no baseline run: no top panel); a
+    missing value draws no bar; a bar that rests on runs over the memory limit (the row's
+    `from_unfit_runs`) is hatched and its value marked †; with few bars each carries its
+    value. Returns the fields drawn, top to bottom."""
+    from matplotlib.patches import Patch
+
     plt = _figure_modules()
     labels = sorted({(r["method"], r["budget"], r.get("options", "{}")) for r in rows})
     datasets = sorted({r["dataset"] for r in rows})
@@ -567,28 +638,51 @@ def plot_method_bars(rows, path, title: str | None = None,
     x = np.arange(len(labels))
     width = 0.8 / max(1, len(datasets))
     crowded = len(labels) > 8
-    fig, axes = plt.subplots(2, 1, figsize=(min(24.0, max(6.0, 1.1 * len(labels) + 2)),
-                                            8.0 if crowded else 6.5), sharex=True)
-    for ax, field, name, fmt in (
-            (axes[0], "improvement_pct", f"% improvement over {baseline_label}", "{:+.1f}"),
-            (axes[1], "gap_pct", "% gap from best", "{:.1f}")):
+    panels = [(field, name, fmt) for field, name, fmt in (
+        ("improvement_pct", f"% improvement over {baseline_label}", "{:+.1f}"),
+        ("gap_pct", "% gap from best", "{:.1f}"))
+        if any(r.get(field) is not None for r in rows)] or [("gap_pct", "% gap from best", "")]
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False, sharex=True, figsize=(
+        min(24.0, max(6.0, 1.1 * len(labels) + 2)) + 1.6,   # + the legend beside
+        (1.8 if crowded else 1.0) + (3.1 if crowded else 2.75) * len(panels)))
+    axes = list(axes[:, 0])
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    hatched = False
+    for ax, (field, name, fmt) in zip(axes, panels):
         for i, dataset in enumerate(datasets):
-            values = [cell.get((dataset,) + label, {}).get(field) for label in labels]
-            heights = [np.nan if v is None else v for v in values]
-            bars = ax.bar(x + (i - (len(datasets) - 1) / 2) * width, heights, width,
-                          label=dataset)
+            shown = [cell.get((dataset,) + label, {}) for label in labels]
+            values = [r.get(field) for r in shown]
+            unfit = [field in r.get("from_unfit_runs", ()) for r in shown]
+            bars = ax.bar(x + (i - (len(datasets) - 1) / 2) * width,
+                          [np.nan if v is None else v for v in values], width,
+                          color=colours[i % len(colours)], label=dataset,
+                          hatch=["///" if u else "" for u in unfit], edgecolor="black",
+                          linewidth=[0.6 if u else 0.0 for u in unfit])
+            hatched = hatched or any(u and v is not None for u, v in zip(unfit, values))
             if len(labels) * len(datasets) <= 24:
-                ax.bar_label(bars, labels=["" if v is None else fmt.format(v) for v in values],
+                ax.bar_label(bars, labels=["" if v is None else fmt.format(v) + "†" * u
+                                           for v, u in zip(values, unfit)],
                              fontsize=7, padding=2)
+        if not fmt:
+            ax.text(0.5, 0.5, "no values: no run ended", transform=ax.transAxes,
+                    ha="center", va="center")
         ax.axhline(0.0, color="black", linewidth=0.6)
         ax.set_ylabel(name)
         ax.grid(axis="y", linewidth=0.3)
         ax.margins(y=0.12)
-    axes[0].legend(fontsize=8, title="dataset", title_fontsize=8, loc="upper right")  # "best" is slow
+    handles = [Patch(facecolor=colours[i % len(colours)], label=dataset)  # never hatched
+               for i, dataset in enumerate(datasets)]
+    if hatched:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///",
+                             label="† rests on runs over\nthe memory limit"))
+    # beside the top panel, never over a bar; tight_layout makes room for it
+    axes[0].legend(handles=handles, fontsize=8, title="dataset", title_fontsize=8,
+                   loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     axes[0].set_title(title or "methods compared")
-    axes[1].set_xticks(x, ticks, fontsize=7 if crowded else 8,
-                       rotation=35 if crowded else 0, ha="right" if crowded else "center",
-                       rotation_mode="anchor" if crowded else "default")
+    axes[-1].set_xticks(x, ticks, fontsize=7 if crowded else 8,
+                        rotation=35 if crowded else 0, ha="right" if crowded else "center",
+                        rotation_mode="anchor" if crowded else "default")
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)
+    return [field for field, _, fmt in panels if fmt]

@@ -17,6 +17,9 @@ it has an entry for the graph, else (and when a record beats the store) the best
 report says for how many graphs the store had no entry.
 A method's value on a graph is the mean over its successful seeds; failed runs are counted
 but never averaged in.
+A run over the memory limit is not failed: its value is the objective's ranking penalty
+(behind every run that fits), so the tables count the runs that fit ('fits') and mark with
+† every figure that rests on one that does not (`from_unfit_runs`: those fields).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable
 
+from regal.files import write_text
+
 __all__ = ["BASELINE", "CSV_FIELDS", "baseline_name", "pool_memory_limits", "summarize",
            "wilcoxon_p", "to_markdown", "to_csv", "write_report"]
 
@@ -37,7 +42,8 @@ CSV_FIELDS = ("objective", "devices", "memory_limit", "dataset", "method", "budg
               "graphs",
               "runs", "failed", "improvement_pct", "gap_pct", "headroom_pct", "gap_bound_pct",
               "wins", "losses", "wilcoxon_p", "seed_spread_pct", "no_best_known", "store_beaten",
-              "mean_value", "mean_wall_s", "mean_evaluations", "feasible_pct")
+              "mean_value", "mean_wall_s", "mean_evaluations", "feasible_runs", "feasible_pct",
+              "from_unfit_runs")
 
 
 def baseline_name(baseline: tuple[str, int] = BASELINE) -> str:
@@ -126,7 +132,9 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
         records, best_known = pool_memory_limits(records, best_known)
     bounds = bounds or {}
     best: dict[tuple, float] = {}             # (setting, fingerprint) -> best value ever
+    best_fits: dict[tuple, bool] = {}         # ... reached by a run within the memory limit
     per_seed = defaultdict(list)              # (setting, dataset, method, budget, fp) -> values
+    seeds_fit = defaultdict(list)             # ... -> each run within the memory limit
     runs = defaultdict(int)
     failed = defaultdict(int)
     wall = defaultdict(list)
@@ -140,12 +148,17 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
             failed[row] += 1
             continue
         value = float(r["value"])
+        fits = bool(r.get("feasible"))
         graph = (setting, r["fingerprint"])
-        best[graph] = min(best.get(graph, math.inf), value)
+        if graph not in best or value < best[graph]:
+            best[graph], best_fits[graph] = value, fits
+        elif value == best[graph]:
+            best_fits[graph] = best_fits[graph] or fits
         per_seed[row + (r["fingerprint"],)].append(value)
+        seeds_fit[row + (r["fingerprint"],)].append(fits)
         wall[row].append(float(r.get("wall_time") or 0.0))
         evals[row].append(float(r.get("evaluations") or 0))
-        feasible[row].append(bool(r.get("feasible")))
+        feasible[row].append(fits)
 
     stored = set()  # (setting, fingerprint) that have a store entry
     beaten = set()  # ... whose store entry some record beats: "best" is then a short run's
@@ -155,12 +168,16 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
             stored.add(graph)
             if best[graph] < float(value):
                 beaten.add(graph)
+            elif float(value) < best[graph]:  # the store's entry, not a run of the table
+                best_fits[graph] = True
             best[graph] = min(best[graph], float(value))
 
     per_graph: dict[tuple, dict[str, float]] = defaultdict(dict)  # row -> {fp: seed mean}
+    graph_fits: dict[tuple, dict[str, bool]] = defaultdict(dict)  # row -> {fp: every seed fit}
     spread: dict[tuple, list[float]] = defaultdict(list)
     for key, values in per_seed.items():
         per_graph[key[:5]][key[5]] = sum(values) / len(values)
+        graph_fits[key[:5]][key[5]] = all(seeds_fit[key])
         s = _spread(values)
         if s is not None:
             spread[key[:5]].append(s)
@@ -189,6 +206,17 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
         losses = None if is_base or not shared else sum(mine[fp] > base[fp] for fp in shared)
         p_value = None if is_base else wilcoxon_p([base[fp] for fp in shared],
                                                  [mine[fp] for fp in shared])
+        # which figures rest on a run over the memory limit (its value is a ranking
+        # penalty, not a figure comparable with runs that fit)
+        fit = graph_fits.get(row, {})
+        base_fit = graph_fits.get((setting, dataset) + tuple(baseline) + ("{}",), {})
+        vs_base = any(not (fit[fp] and base_fit[fp]) for fp in shared)
+        unfit = dict(
+            improvement_pct=vs_base, wins=vs_base, losses=vs_base, wilcoxon_p=vs_base,
+            gap_pct=any(not (fit[fp] and best_fits[(setting, fp)]) for fp in mine),
+            headroom_pct=vs_base or any(not best_fits[(setting, fp)] for fp in shared),
+            gap_bound_pct=any(not fit[fp] for fp in mine if (devices, fp) in bounds),
+            seed_spread_pct=not all(fit.values()), mean_value=not all(fit.values()))
         rows.append(dict(
             objective=objective, devices=devices, memory_limit=limit, dataset=dataset,
             method=method, budget=budget, options=options, graphs=len(mine), runs=runs[row], failed=failed[row],
@@ -202,7 +230,10 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
             store_beaten=sum((setting, fp) in beaten for fp in mine),
             mean_value=_mean(mine.values()), mean_wall_s=_mean(wall[row]),
             mean_evaluations=_mean(evals[row]),
+            feasible_runs=sum(feasible[row]),
             feasible_pct=None if not feasible[row] else 100 * _mean(map(float, feasible[row]))))
+        rows[-1]["from_unfit_runs"] = tuple(field for field, yes in unfit.items()
+                                            if yes and rows[-1][field] is not None)
     return rows
 
 
@@ -223,7 +254,9 @@ def _label(row: dict) -> str:
 
 
 def _setting_title(objective: str, devices: int, limit) -> str:
-    memory = "no memory limit" if limit is None else f"memory limit {limit:,} bytes"
+    from regal.units import format_bytes
+
+    memory = "no memory limit" if limit is None else f"memory limit {format_bytes(limit)}"
     return f"{objective}, {devices} devices, {memory}"
 
 
@@ -234,6 +267,64 @@ def _ordered(rows: list[dict], baseline) -> list[dict]:
         imp = r["improvement_pct"]
         return (not is_base, imp is None, -(imp or 0.0), r["method"], r["budget"])
     return sorted(rows, key=key)
+
+
+def _figure(row: dict, field: str, text: str) -> str:
+    """`text` with † where the figure rests on a run over the memory limit."""
+    return text + "†" if field in row["from_unfit_runs"] else text
+
+
+def _columns(name: str) -> list[tuple]:
+    """Table 1's columns: (header, alignment, the reference it needs or None, cell of a row).
+    A column whose reference a table lacks is left out, and the table says why once."""
+    def wins(r):
+        return "-" if r["wins"] is None else _figure(r, "wins", f"{r['wins']}/{r['losses']}")
+
+    def p_value(r):
+        return "-" if r["wilcoxon_p"] is None else \
+            _figure(r, "wilcoxon_p", f"{r['wilcoxon_p']:.2g}")
+
+    def figure(field, digits=2, signed=False):  # from_unfit_runs names no missing figure
+        return lambda r: _figure(r, field, _fmt(r[field], digits, signed))
+
+    return [("method", "---", None, _label),
+            ("budget", "---:", None, lambda r: str(r["budget"])),
+            ("graphs", "---:", None, lambda r: str(r["graphs"])),
+            ("runs", "---:", None, lambda r: str(r["runs"])),
+            ("failed", "---:", None, lambda r: str(r["failed"])),
+            ("fits", "---:", "limit", lambda r: f"{r['feasible_runs']}/{r['runs'] - r['failed']}"),
+            (f"% impr. over {name}", "---:", "baseline", figure("improvement_pct", signed=True)),
+            ("W/L", "---:", "baseline", wins),
+            ("Wilcoxon p", "---:", "baseline", p_value),
+            ("% gap from best", "---:", None, figure("gap_pct")),
+            ("% gap to lower bound", "---:", "bound", figure("gap_bound_pct")),
+            ("headroom captured %", "---:", "baseline", figure("headroom_pct", 1)),
+            ("seed spread %", "---:", "seeds", figure("seed_spread_pct")),
+            ("mean wall s", "---:", None, lambda r: _fmt(r["mean_wall_s"], 2))]
+
+
+def _missing_references(part: list[dict], baseline, dataset: str) -> dict:
+    """The references one dataset's table lacks -> why, in a sentence ('' for a column that
+    simply has nothing to say: 'fits' without a memory limit or a run over one)."""
+    objective, limit = part[0]["objective"], part[0]["memory_limit"]
+    missing = {}
+    if limit is None and all(r["feasible_runs"] == r["runs"] - r["failed"] for r in part):
+        missing["limit"] = ""
+    if not any((r["method"], r["budget"], r["options"]) == tuple(baseline) + ("{}",)
+               and r["graphs"] for r in part):
+        missing["baseline"] = (
+            f"no {baseline[0]} run at budget {baseline[1]} on {dataset}, so no columns that "
+            f"compare with {baseline_name(baseline)}: improvement, W/L, Wilcoxon p, headroom")
+    if all(r["gap_bound_pct"] is None for r in part):
+        missing["bound"] = "no lower-bound column: " + (
+            "lower bounds are for the peak-memory objective" if objective != "peak_memory" else
+            "no bound for these graphs; `regal report` computes them from the graph files "
+            "at the records' paths, unless --no-bounds")
+    if all(r["seed_spread_pct"] is None for r in part):
+        one_seed = all(r["runs"] - r["failed"] <= r["graphs"] for r in part)
+        missing["seeds"] = "no seed-spread column: " + (
+            "one seed per graph" if one_seed else "no graph has two finite values")
+    return missing
 
 
 def to_markdown(rows: list[dict], baseline: tuple[str, int] = BASELINE) -> str:
@@ -253,34 +344,27 @@ def to_markdown(rows: list[dict], baseline: tuple[str, int] = BASELINE) -> str:
         for dataset in sorted(by_dataset):
             part = _ordered(by_dataset[dataset], baseline)
             graphs = max(r["graphs"] for r in part)
+            missing = _missing_references(part, baseline, dataset)
+            columns = [c for c in _columns(name) if c[2] not in missing]
             lines += [f"### {dataset} ({graphs} graphs)", "",
-                      "| method | budget | graphs | runs | failed | % impr. over "
-                      f"{name} | W/L | Wilcoxon p | % gap from best | % gap to lower bound "
-                      "| headroom captured % | seed spread % | mean wall s |",
-                      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-                      "| ---: | ---: | ---: |"]
-            for r in part:
-                wl = "-" if r["wins"] is None else f"{r['wins']}/{r['losses']}"
-                p = "-" if r["wilcoxon_p"] is None else f"{r['wilcoxon_p']:.2g}"
-                lines.append(
-                    f"| {_label(r)} | {r['budget']} | {r['graphs']} | {r['runs']} | "
-                    f"{r['failed']} | {_fmt(r['improvement_pct'], signed=True)} | {wl} | {p} | "
-                    f"{_fmt(r['gap_pct'])} | {_fmt(r['gap_bound_pct'])} | "
-                    f"{_fmt(r['headroom_pct'], 1)} | {_fmt(r['seed_spread_pct'])} | "
-                    f"{_fmt(r['mean_wall_s'], 2)} |")
+                      "| " + " | ".join(c[0] for c in columns) + " |",
+                      "| " + " | ".join(c[1] for c in columns) + " |"]
+            lines += ["| " + " | ".join(c[3](r) for c in columns) + " |" for r in part]
             lines.append("")
-            missing = max(r["no_best_known"] for r in part)
+            if any(r["from_unfit_runs"] for r in part):
+                lines += [f"† rests on runs that do not fit the memory limit (fits: runs "
+                          "within it / runs that ended): such a run's value is the "
+                          "objective's ranking penalty, behind every run that fits, so the "
+                          "figure does not compare with those of runs that fit.", ""]
+            no_store = max(r["no_best_known"] for r in part)
             beaten = max(r["store_beaten"] for r in part)
-            lines += [f"Best-known store: entries for {graphs - missing} of {graphs} graphs"
-                      + ("" if not missing else
-                         f"; for the other {missing}, best = the best record")
+            lines += [f"Best-known store: entries for {graphs - no_store} of {graphs} graphs"
+                      + ("" if not no_store else
+                         f"; for the other {no_store}, best = the best record")
                       + ("" if not beaten else
                          f"; a record beats the store's entry on {beaten}") + ".", ""]
-            if not any((r["method"], r["budget"], r["options"]) == tuple(baseline) + ("{}",)
-                       and r["graphs"]
-                       for r in part):
-                lines += [f"(no {baseline[0]} run at budget {baseline[1]} on {dataset}: "
-                          "no improvement column)", ""]
+            lines += [f"({why})" for why in missing.values() if why] + \
+                     ([""] if any(missing.values()) else [])
     lines += ["Improvement and gaps: mean over graphs of per-graph relative differences; each "
               "graph's value is the mean over seeds. Best = the best-known store's value (long "
               "portfolio runs), or a record's where one is lower or the store has no entry. "
@@ -288,7 +372,8 @@ def to_markdown(rows: list[dict], baseline: tuple[str, int] = BASELINE) -> str:
               "best-known improvement, shown where the latter is positive. W/L = graphs "
               f"better / worse than {name}; p = two-sided Wilcoxon signed-rank test on the "
               "paired per-graph means; seed spread = mean over graphs of std / mean over "
-              "seeds.", ""]
+              "seeds; fits = runs within the memory limit / runs that ended (failed runs "
+              "are not counted).", ""]
     return "\n".join(lines)
 
 
@@ -298,7 +383,8 @@ def to_csv(rows: list[dict]) -> str:
     writer.writeheader()
     for r in rows:
         writer.writerow({k: ("" if r[k] is None else
-                             round(r[k], 6) if isinstance(r[k], float) else r[k])
+                             round(r[k], 6) if isinstance(r[k], float) else
+                             " ".join(r[k]) if isinstance(r[k], tuple) else r[k])
                          for k in CSV_FIELDS})
     return buffer.getvalue()
 
@@ -397,8 +483,8 @@ def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
     out.mkdir(parents=True, exist_ok=True)
     markdown = to_markdown(rows, baseline)
     files = [out / "table.md", out / "table.csv"]
-    files[0].write_text(markdown)
-    files[1].write_text(to_csv(rows))
+    write_text(files[0], markdown)   # each whole or not at all
+    write_text(files[1], to_csv(rows))
     if chart:
         from regal.plots import plot_method_bars
 

@@ -557,3 +557,27 @@ def test_a_revised_method_runs_again_and_its_earlier_records_leave_the_tables(gr
     finally:
         optimizers.METHODS.pop("test-revised", None)
         optimizers.REVISIONS.pop("test-revised", None)
+
+
+def test_runs_under_a_limit_carry_the_limits_revision(graph_dir, tmp_path):
+    """Runs under a memory limit are keyed by `LIMITS_REVISION` too: records of a limit made
+    before the limits rules changed are run again and leave the tables; runs without a
+    limit keep their method's revision and are reused."""
+    out = tmp_path / "out"
+    first = harness.run_experiment(["random"], graph_dir, out, seeds=1, budgets=BUDGET,
+                                   memory_limits=[None, 10**9], workers=1, progress=False)
+    records = _lines(out / harness.RECORDS_FILE)
+    assert {(r["memory_limit"], r["revision"]) for r in records} == \
+        {(None, ""), (10**9, optimizers.LIMITS_REVISION)}
+    # the same file as earlier code wrote it: no revision on the limited runs
+    path = out / harness.RECORDS_FILE
+    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "revision"}
+                                       if r["memory_limit"] is not None else r) + "\n"
+                            for r in records))
+    again = harness.run_experiment(["random"], graph_dir, out, seeds=1, budgets=BUDGET,
+                                   memory_limits=[None, 10**9], workers=1, progress=False)
+    assert (again.ran, again.skipped) == (first.ran // 2, first.ran // 2)
+    current = harness.current_revisions(_lines(path))
+    assert len(current) == first.ran
+    assert all(r["revision"] == optimizers.LIMITS_REVISION for r in current
+               if r["memory_limit"] is not None)

@@ -215,6 +215,24 @@ def test_apply_writes_reloadable_placed_graph(step, tmp_path):
     assert y.shape == (BATCH, 10) and np.isfinite(y).all()
 
 
+def test_apply_for_another_machines_devices_writes_the_graph_and_says_why_no_saved_model(
+        step, tmp_path):
+    """Issue 36 item 5: `--device-format /job:worker/task:0/device:GPU:{k}` (the help's own
+    example) was a traceback here, where that job does not exist: saving a SavedModel runs
+    the variables' initialisers on those devices. The graph and device map are still written."""
+    from regal.measure import apply_solution
+
+    device_format = "/job:worker/task:0/device:GPU:{k}"
+    result = apply_solution(small_model, split_record(step), tmp_path, batch_size=BATCH,
+                            device_format=device_format, saved_model=True)
+    assert "/job:worker/task:0/device:GPU:" in result["no_saved_model"]
+    assert not (tmp_path / "saved_model").exists()
+    assert [Path(f).name for f in result["files"]] == ["placed_graph.pb", "device_map.json",
+                                                       "placement.json"]
+    devices = set(json.loads((tmp_path / "device_map.json").read_text()).values())
+    assert devices == {device_format.format(k=k) for k in range(2)}
+
+
 class _Affine(tf.Module):
     def __init__(self):
         super().__init__()

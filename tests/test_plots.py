@@ -249,6 +249,75 @@ def test_many_devices_draw_copies_per_destination(tmp_path, drawn_figures):
     assert 0 < len(lanes) - 6 <= 6 and all(lane.startswith("copies into ") for lane in lanes[6:])
 
 
+def _four_chains(base_bytes: float, sizes, costs, limits):
+    """Four identical chains (op j: cost costs[j], output sizes[j] x `base_bytes`, a hair
+    bigger per chain) pinned one per device: four nearly equal peaks at one instant."""
+    from regal.graph import GraphBuilder
+
+    b = GraphBuilder()
+    for k in range(4):
+        prev = None
+        for j, (size, cost) in enumerate(zip(sizes, costs)):
+            v = b.add_op(f"chain{k}/op{j}", cost)
+            b.add_output(v, int(base_bytes * (1 + 0.0005 * k) * size))
+            if prev is None:
+                first = v
+                b.pin(v, k)
+            else:
+                b.add_input(v, prev)
+                b.colocate(first, v)
+            prev = v
+    problem = opt.Problem(b.build(), DeviceSpec(4, memory_limit=limits))
+    return problem, opt.round_robin(problem)
+
+
+@pytest.mark.parametrize("base_bytes, sizes, costs, limits", [
+    # long legend labels: a limit per device, sizes in KiB that need 7 characters
+    (200 * 2**10, [1, 2, 3, 1, 2, 3], [123.4] * 6,
+     [1023 * 2**20, 1022 * 2**20, 1021 * 2**20, 1020 * 2**20]),
+    # the limit drawn, the peaks at the right edge (the last op is short)
+    (2**20, [1, 2, 3, 4, 5, 6], [10.0] * 5 + [0.1], 16 * 2**20),
+])
+def test_solution_plot_keeps_legend_and_peak_labels_inside_and_apart(
+        tmp_path, drawn_figures, base_bytes, sizes, costs, limits):
+    """Issue 36 item 13: the legend ran past the figure's right edge and the peak labels of
+    4 devices overlapped. Every artist (the legend included) lies within the figure, and the
+    4 peak labels of nearly equal peaks at one instant lie within the memory axes, apart."""
+    from itertools import combinations
+
+    from regal.units import format_bytes
+
+    problem, sol = _four_chains(base_bytes, sizes, costs, limits)
+    assert max(sol.peak) - min(sol.peak) < 0.01 * max(sol.peak)
+    plots.plot_solution(problem, sol, tmp_path / "four.png",
+                        title="data/synth/samples/four_chains.npz (round-robin)")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = drawn_figures[0]
+    canvas = FigureCanvasAgg(fig)  # plt.close took the figure's own canvas away
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    page = fig.bbox.padded(0.5)                          # pixels
+    drawn = fig.get_tightbbox(renderer)                  # inches: every drawn artist
+    assert drawn.x0 >= -0.01 and drawn.y0 >= -0.01 and drawn.x1 <= fig.get_figwidth() + 0.01 \
+        and drawn.y1 <= fig.get_figheight() + 0.01, drawn
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is not None:
+            box = legend.get_window_extent(renderer)
+            assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 \
+                and box.y1 <= page.y1, (box, page)
+    ax_mem = fig.axes[0]
+    labels = [t for t in ax_mem.texts if t.get_text().endswith("B")]
+    assert sorted(t.get_text() for t in labels) == sorted(format_bytes(p) for p in sol.peak)
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    inside = ax_mem.get_window_extent(renderer).padded(0.5)
+    for box in boxes:
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and box.y1 <= inside.y1
+    for a, b in combinations(boxes, 2):
+        assert not a.overlaps(b), (a, b)
+
+
 # -- the report's bar chart --------------------------------------------------------
 
 def test_method_bars_tell_option_variants_apart(tmp_path, drawn_figures):
@@ -272,3 +341,24 @@ def test_method_bars_tell_option_variants_apart(tmp_path, drawn_figures):
                      "regal\n5,000\npolicy_dir=both_elite", "regal\n5,000\npolicy_dir=both_noelite"]
     values = sorted(t.get_text() for ax in fig.axes for t in ax.texts if t.get_text())
     assert values == sorted(["+0.0", "-4.0", "+1.5", "5.0", "9.0", "2.0", "3.0"])
+
+
+def test_method_bars_mark_runs_over_the_limit_and_leave_out_an_empty_panel(tmp_path,
+                                                                           drawn_figures):
+    """Issue 36 item 11: without a BRKGA-5K run the improvement panel was an empty 1e-17
+    axis; a figure that rests on runs over the memory limit looked like any other."""
+    rows = [{"dataset": "real", "method": "m1", "budget": 200, "options": "{}",
+             "improvement_pct": None, "gap_pct": 12.5, "from_unfit_runs": ("gap_pct",)},
+            {"dataset": "real", "method": "m2", "budget": 200, "options": "{}",
+             "improvement_pct": None, "gap_pct": 3.0, "from_unfit_runs": ()}]
+    drawn = plots.plot_method_bars(rows, tmp_path / "bars.png", title="t")
+    assert drawn == ["gap_pct"] and (tmp_path / "bars.png").read_bytes()[:8] == PNG
+    (ax,) = drawn_figures[0].axes
+    assert ax.get_ylabel() == "% gap from best"
+    bars = [p for p in ax.patches if np.isfinite(p.get_height())]
+    assert [(p.get_height(), bool(p.get_hatch())) for p in bars] == [(12.5, True), (3.0, False)]
+    assert sorted(t.get_text() for t in ax.texts) == ["12.5†", "3.0"]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[0] == "real" and legend[1].startswith("† rests on runs over")
+    (dataset_patch, unfit_patch) = ax.get_legend().get_patches()
+    assert not dataset_patch.get_hatch() and unfit_patch.get_hatch()

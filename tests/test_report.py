@@ -242,3 +242,62 @@ def test_seed_spread_of_huge_or_infinite_values_is_a_number_or_none():
     assert _spread([1.5e308, 1.7e308]) == pytest.approx((2 * 0.1 ** 2) ** 0.5 / 1.6)
     assert _spread([1.0, float("inf")]) is None and _spread([5.0]) is None
     assert _spread([0.0, 0.0]) == 0.0
+
+
+# ---------------------------------------------------------------------------
+# issue 36 item 11: runs over the memory limit are marked, a missing BRKGA-5K drops the
+# columns that need it (said once), limits print in human units
+
+LIMIT = 700 * 2**20
+
+
+def limited(graph, method, value, dataset="C", seed=0):
+    """A peak-memory run under LIMIT whose peak is `value` (over the limit: it does not fit)."""
+    return dict(rec(dataset, graph, method, 5000, seed, float(value)), memory_limit=LIMIT,
+                peak=[int(value), 0], feasible=value <= LIMIT)
+
+
+def test_runs_over_the_limit_are_counted_and_every_figure_from_them_marked():
+    over, under = LIMIT + 2**20, LIMIT - 2**20
+    records = [limited("g1", "brkga", under - 10), limited("g2", "brkga", under - 5),
+               limited("g1", "m1", over), limited("g2", "m1", under - 20),   # m1 misses g1
+               limited("g1", "m2", under - 12), limited("g2", "m2", under - 6)]
+    rows = report.summarize(records)
+    m1, m2, base = row(rows, "C", "m1"), row(rows, "C", "m2"), row(rows, "C", "brkga")
+    assert (m1["feasible_runs"], m1["failed"]) == (1, 0)
+    assert set(m1["from_unfit_runs"]) == {"improvement_pct", "wins", "losses", "wilcoxon_p",
+                                          "gap_pct", "headroom_pct", "mean_value"}
+    # m2 and the baseline compare only runs that fit (g2's best is m1's, which fits)
+    assert m2["from_unfit_runs"] == base["from_unfit_runs"] == ()
+    text = report.to_markdown(rows)
+    (m1_line,) = [line for line in text.splitlines() if line.startswith("| m1 |")]
+    (m2_line,) = [line for line in text.splitlines() if line.startswith("| m2 |")]
+    assert "| fits |" in text and "| 1/2 |" in m1_line and "| 2/2 |" in m2_line
+    cells = m1_line.split(" | ")
+    assert sum(c.endswith("†") for c in cells) == 5, m1_line   # impr., W/L, p, gap, headroom
+    assert "†" not in m2_line
+    assert text.count("† rests on runs that do not fit the memory limit") == 1
+    table = list(csv.DictReader(io.StringIO(report.to_csv(rows))))
+    (m1_csv,) = [t for t in table if t["method"] == "m1"]
+    assert m1_csv["feasible_runs"] == "1" and "gap_pct" in m1_csv["from_unfit_runs"].split()
+
+
+def test_missing_baseline_drops_its_columns_and_says_why_once():
+    records = [limited("g1", "m1", 10), limited("g2", "m1", 20),
+               limited("g1", "m2", 12), limited("g2", "m2", 18)]
+    text = report.to_markdown(report.summarize(records, bounds={}))
+    (header,) = [line for line in text.splitlines() if line.startswith("| method |")]
+    for column in ("impr. over", "W/L", "Wilcoxon", "headroom", "lower bound", "seed spread"):
+        assert column not in header
+    assert "% gap from best" in header and "| fits |" in header
+    assert text.count("no brkga run at budget 5000 on C") == 1
+    assert text.count("no seed-spread column: one seed per graph") == 1
+    assert text.count("no lower-bound column") == 1
+    body = [line for line in text.splitlines() if line.startswith("| m")]
+    assert body and all("| - |" not in line for line in body)   # no column left empty
+
+
+def test_memory_limit_prints_in_human_units():
+    text = report.to_markdown(report.summarize([limited("g1", "m1", 10)]))
+    assert "## peak_memory, 2 devices, memory limit 700.00 MiB" in text
+    assert "734,003,200" not in text

@@ -15,7 +15,8 @@ import math
 import os
 from pathlib import Path
 
-__all__ = ["read_solution_file", "check_solution_record", "MAX_SOLUTION_DEVICES"]
+__all__ = ["read_solution_file", "check_solution_record", "check_device_format",
+           "MAX_SOLUTION_DEVICES"]
 
 MAX_SOLUTION_DEVICES = 256  # the device cap of every command (regal.harness.MAX_DEVICES)
 
@@ -94,3 +95,32 @@ def check_op_entry(label: str, name, row, count: int) -> None:
             what = "missing" if key not in row else f"got {row[key]!r:.40}"
             raise ValueError(f"{label}: op {name!r}: {key!r}: expected a finite number, "
                              f"{what}")
+
+
+def check_device_format(device_format: str | None, count: int) -> None:
+    """--device-format must give each of the solution's `count` devices its own string: one
+    without {k} put every op on one device, and other fields were tracebacks."""
+    import string
+
+    if device_format is None:
+        return
+    label = f"--device-format {device_format!r}"
+    try:
+        fields = {field for _, field, _, _ in string.Formatter().parse(device_format)
+                  if field is not None}
+    except ValueError as exc:  # a lone brace
+        raise ValueError(f"{label}: {exc}") from None
+    if fields != {"k"}:
+        other = sorted(f"{{{f}}}" for f in fields - {"k"})
+        raise ValueError(f"{label}: expected the field {{k}} (the solution's device number) "
+                         f"and no other" + (f", got {', '.join(other)}" if other else ""))
+    try:
+        names = [device_format.format(k=k) for k in range(count)]
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:  # e.g. {k:s}, {k:{w}}
+        raise ValueError(f"{label}: cannot format the device number: {exc}") from None
+    first = {}
+    for k, name in enumerate(names):
+        if name in first:
+            raise ValueError(f"{label}: devices {first[name]} and {k} both become {name!r}; "
+                             f"each of the solution's {count} devices needs its own")
+        first[name] = k
