@@ -5,7 +5,9 @@ on the real graph set, through the resumable harness, then Table 1.
     .venv/bin/python experiments/baseline_table.py             # 100 synthetic + real inference b1
 
 Raw records go to runs/ (git-ignored; rerun the same command to resume after a kill);
-tables (Markdown, CSV, bar chart) go to experiments/results/baselines[_quick]/.
+tables (Markdown, CSV, bar chart) go to experiments/results/baselines[_quick]/ (none is committed
+now: the current comparison of methods is experiments/results/transfer_full/, and the
+earlier baseline tables are in git history, see experiments/results/README.md).
 Methods not registered yet in regal.optimizers.METHODS are skipped with a note.
 """
 

@@ -8,9 +8,9 @@ answer of the same seed. A method "reaches BRKGA-50K" on a graph when BRKGA need
 `--cache`.
 
     python experiments/brkga_equivalent.py \\
-        --records experiments/results/transfer_race/records.jsonl \\
+        --records experiments/results/transfer_full/records.jsonl \\
         --graphs runs/transfer_graphs/synth_test_100 runs/transfer_graphs/real_heldout_all \\
-        --out experiments/results/transfer_race/brkga_equivalent.md
+        --out experiments/results/transfer_full/brkga_equivalent.md
 """
 
 from __future__ import annotations

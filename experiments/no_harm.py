@@ -8,9 +8,9 @@ transfer run's records where the method's mean over the run's seeds is below `--
 improvement, its standard error over the seeds, and whether the graph is still below -1%.
 Resumable: one JSON line per (graph, devices, seed) in `--cache`.
 
-    python experiments/no_harm.py --records experiments/results/transfer_race/records.jsonl \\
+    python experiments/no_harm.py --records experiments/results/transfer_full/records.jsonl \\
         --graphs runs/transfer_graphs/synth_test_100 runs/transfer_graphs/real_heldout_all \\
-        --out experiments/results/transfer_race/no_harm.md
+        --out experiments/results/transfer_full/no_harm.md
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ per-graph difference with its standard error over graphs, the graphs where each 
 the two-sided Wilcoxon signed-rank p of the per-graph values (the tables' rule,
 `regal.report.wilcoxon_p`).
 
-    python experiments/paired_seeds.py experiments/results/real_seeds10/regal.jsonl \\
-        experiments/results/real_seeds10/seeded-brkga.jsonl
+    python experiments/paired_seeds.py experiments/results/paired_seeds_real_heldout/regal.jsonl \\
+        experiments/results/paired_seeds_real_heldout/seeded-brkga.jsonl
 """
 
 from __future__ import annotations

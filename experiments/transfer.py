@@ -4,7 +4,9 @@ registered baseline on graphs it has never seen, through the harness (regal.harn
     python experiments/transfer.py --quick     # < 15 min on 2 cores, shipped policy
     python experiments/transfer.py             # full: >= 100 test graphs, every held-out real graph
 
-Writes to experiments/results/transfer_quick/ (or transfer/):
+Writes to experiments/results/transfer_full/ (--quick: transfer_quick/), the folders committed
+with the current tables (experiments/results/README.md; transfer_full/README.md gives the
+options its run used):
 - table1.md   REGAL vs baselines, synthetic test split and real graphs, 2 and 4 devices:
               % improvement over BRKGA-5K (+ Wilcoxon signed-rank p-value, paired by graph),
               % gap from best, headroom captured (definitions: docs/design.md §7, regal.report);
@@ -367,7 +369,7 @@ def main(argv=None) -> int:
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
     out = Path(args.out or REPO / "experiments" / "results" /
-               ("transfer_quick" if args.quick else "transfer"))
+               ("transfer_quick" if args.quick else "transfer_full"))
     if args.rerun:
         asked = {m.strip() for m in args.rerun.split(",") if m.strip()}
         available = set(optimizers.available_methods())
