@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from regal.decode import respect_colocation
-from regal.native import silenced
+from regal.c_output import silenced
 from regal.optimizers import Problem, Solution, score
 
 __all__ = ["solve", "partition", "dfs_order"]

@@ -22,8 +22,8 @@ gap; its table chose the shipped one (data/policy/README.md quotes it):
     race             the shipped `regal` method: policy BRKGA on 10%, then a climb from its
                      best and two afresh from the heuristic starts race by successive halving
                      (all three to 7.5% of the rest, the better two to 22.5%, the leader
-                     spends the rest; regal_method.POLISH_SHARE 0.9, FRESH_CLIMBS 2,
-                     RACE (0.075, 0.225))
+                     spends the rest; regal.search.schedule.DEFAULT_SCHEDULE: climb_share
+                     0.9, fresh_climbs 2, race (0.075, 0.225))
     race-20          race with BRKGA on 20% (polish_share 0.8)
     seeded-race      race with uniform keys (the `seeded-brkga` baseline: what the policy adds)
     fresh-race       no BRKGA: two local searches from the heuristic starts (seeds s, s + 1)
@@ -54,6 +54,7 @@ sys.path.insert(0, str(REPO))
 from regal import optimizers, regal_method  # noqa: E402
 from regal.decode import encode  # noqa: E402
 from regal.io import load_graph  # noqa: E402
+from regal.search.pipeline import brkga_phase, race_climbs  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 
 SCHEDULES = ("brkga-polish", "ls-first", "seeded-ls-first", "two-climbs", "two-climbs-10",
@@ -69,7 +70,7 @@ def _keys(problem, found) -> np.ndarray:
 
 
 def _brkga_params(problem, seed: int, policy: bool):
-    """`regal_method.search` settings, the policy's (slot space) or uniform keys, both with
+    """`regal.search.pipeline.brkga_phase` settings, the policy's (slot space) or uniform keys, both with
     the reference candidates in the first population; and the reference."""
     if policy:
         action = regal_method.load_policy().act(problem.graph, problem.devices, mode="greedy",
@@ -89,18 +90,18 @@ def _ls_first(problem, budget: int, seed: int, policy: bool):
         keys = reference.slot_space(keys)
     params["initial"] = np.vstack([params["initial"], keys])
     middle = int(budget * MIDDLE)
-    found = regal_method.search(problem, lead.evaluations + middle, seed,
-                                **dict(params, spent=lead.evaluations + params.get("spent", 0)))
+    found = brkga_phase(problem, lead.evaluations + middle, seed,
+                        **dict(params, spent=lead.evaluations + params.get("spent", 0)))
     start = found if found.value <= lead.value else lead
     left = int(budget) - int(found.evaluations)
-    polished = regal_method.polish(problem, start, left, seed)
+    polished = race_climbs(problem, start, left, seed)
     # what was spent: the lead and BRKGA, then the polish's own evaluations
     return polished.value, int(found.evaluations) + int(polished.evaluations) - \
         int(start.evaluations)
 
 
 def _fresh_race(problem, budget: int, seed: int) -> tuple[float, int]:
-    from baselines.local_search import Climb
+    from regal.search.climb import Climb
 
     first = max(1, int(budget * FRESH_RACE_ROUND))
     climbs = [Climb(problem, first, seed + k) for k in (0, 1)]

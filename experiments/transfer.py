@@ -44,8 +44,9 @@ sys.path.insert(0, str(REPO))
 
 from regal import harness, optimizers, report, synth  # noqa: E402
 from regal.io import load_graph  # noqa: E402
-from regal.regal_method import (FRESH_CLIMBS, POLISH_SHARE, RACE, policy_content_hash,  # noqa: E402
+from regal.regal_method import (policy_content_hash,  # noqa: E402
                                 portable_policy_dir, resolve_policy_dir)
+from regal.search.schedule import DEFAULT_SCHEDULE  # noqa: E402
 
 sys.path.insert(0, str(REPO / "experiments"))
 from training_set import HELD_OUT_FAMILIES, REAL_MAX_OPS, family_of  # noqa: E402
@@ -418,7 +419,8 @@ def main(argv=None) -> int:
     common = dict(seeds=cfg["seeds"], budgets=5000, workers=args.workers, progress=True)
     # the polish settings are written out so that records of earlier schedules (BRKGA only,
     # one climb, two climbs unraced) differ
-    polish = {"polish_share": POLISH_SHARE, "fresh_climbs": FRESH_CLIMBS, "race": list(RACE)}
+    polish = {"polish_share": DEFAULT_SCHEDULE.climb_share,
+              "fresh_climbs": DEFAULT_SCHEDULE.fresh_climbs, "race": list(DEFAULT_SCHEDULE.race)}
     regal_opts = {"policy_dir": policy_dir, "policy_hash": policy_hash, **polish}
     method_options = {"regal": regal_opts, "seeded-brkga": polish,
                       **({"cpsat": {"time_limit": cfg["cpsat_time"]}} if "cpsat" in methods

@@ -23,7 +23,7 @@ round robin, m-topo, gp-dfs, m-etf up to 3,000 ops), CP-SAT on graphs small enou
 then rounds of BRKGA with large budgets, warm-started from the incumbent and the heuristics or
 restarted from scratch (every third round), each followed by a local-search polish of the
 incumbent when the local search accepts a start, and by a race: seeded BRKGA with its climbs
-afresh from the heuristic starts racing the one from its own best (`baselines.seeded_brkga`,
+afresh from the heuristic starts racing the one from its own best (`regal.search.pipeline`,
 a new seed each round). Without the race, single 5,000-evaluation runs of that schedule beat
 the store on most graphs: polishing one incumbent over and over stays in its basin, and fresh
 climbs leave it. Every value is the simulator's score.
@@ -356,8 +356,9 @@ def improve(problem, seconds: float, seed: int = 0, incumbent=None, *,
         except Exception as exc:  # CP-SAT missing or failing leaves the rest of the portfolio
             log.append(f"cpsat failed: {exc}")
 
-    local_search = optimizers.get_method("local-search")
-    polish = optimizers._accepts(local_search, "initial")
+    from regal.search.climb import local_search
+    from regal.search.pipeline import solve_seeded_brkga
+
     rate = None  # BRKGA's evaluations per second, measured on its first round
 
     def turn(share: float, cap: float) -> float:
@@ -367,7 +368,7 @@ def improve(problem, seconds: float, seed: int = 0, incumbent=None, *,
     round_ = 0
     while _clock() < deadline - 0.05:
         fresh = round_ % 3 == 2
-        ends = turn(_BRKGA_SHARE if polish or race else 1.0, 60.0)
+        ends = turn(_BRKGA_SHARE, 60.0)
         budget = 2000 if rate is None else int(max(population_size, rate * (ends - _clock())))
         warm = None if fresh else [best.solution, *heuristics]
         began_round = _clock()
@@ -380,20 +381,20 @@ def improve(problem, seconds: float, seed: int = 0, incumbent=None, *,
         step = "brkga(fresh)" if fresh else "brkga(warm)"
         if best.offer(solution, step, now()):
             log.append(f"{step} round {round_}: {solution.value:.6g}")
-        if polish and _clock() < deadline - 0.05:
+        if _clock() < deadline - 0.05:
             # a climb scores fewer schedules per second than BRKGA: its turn ends the climb
             ends = turn(_POLISH_SHARE if race else 1.0, 30.0)
             budget = int(max(100, rate * (ends - _clock())))
-            solution = optimizers.solve("local-search", problem, budget, seed * 1000 + round_,
-                                        initial=best.solution, heuristics=(),
-                                        should_stop=lambda: _clock() >= ends)
+            solution = local_search(problem, budget, seed * 1000 + round_,
+                                    initial=best.solution, heuristics=(),
+                                    should_stop=lambda: _clock() >= ends)
             used += int(solution.evaluations)
             if best.offer(solution, "local-search", now()):
                 log.append(f"local-search round {round_}: {solution.value:.6g}")
         if race and _clock() < deadline - 0.05:
-            solution = optimizers.solve("seeded-brkga", problem, _RACE_BUDGET,
-                                        seed * 1000 + _RACE_SEED + round_,
-                                        should_stop=lambda: _clock() >= deadline)
+            solution = solve_seeded_brkga(problem, _RACE_BUDGET,
+                                          seed * 1000 + _RACE_SEED + round_,
+                                          should_stop=lambda: _clock() >= deadline)
             used += int(solution.evaluations)
             if best.offer(solution, "race", now()):
                 log.append(f"race round {round_}: {solution.value:.6g}")

@@ -16,8 +16,8 @@ from regal.harness import MAX_BYTES, MAX_DEVICES  # a light module (no numpy)
 EXIT_USAGE = 2
 EXIT_INFEASIBLE = 3  # `regal optimize`: no solution found within the memory limits
 DEFAULT_BUDGET = 5000  # `regal optimize` evaluations when neither --budget nor --time-limit
-# chosen by measurement (README, "Which method"): over BRKGA-5K on the 40 data/real graphs at
-# 2 / 4 devices, local search +1.05% / +8.25%, REGAL +1.81% / +3.93%
+# README, "Which method": it needs no policy and leads for the running time under memory
+# limits; regal and seeded-brkga lead (slightly) for peak memory
 DEFAULT_METHOD = "local-search"
 
 

@@ -224,24 +224,35 @@ def _warm_start(problem: Problem, initial) -> np.ndarray | None:
 
 def solve_brkga(problem: Problem, budget: int, seed: int, *, population_size: int = 100,
                 elite_fraction: float = 0.2, mutant_fraction: float = 0.2, elite_bias=0.7,
-                alpha=None, beta=None, initial=None,
+                alpha=None, beta=None, initial=None, gene_order=None,
+                uniform_mutant_fraction: float = 0.0, spent: int = 0,
                 progress: Callable[[int, float], None] | None = None,
                 should_stop: Callable[[], bool] | None = None) -> Solution:
-    """BRKGA over the chromosome of docs/design.md §5 (uniform keys by default: BRKGA-5K is budget=5000).
+    """BRKGA over the chromosome of docs/design.md §5 (uniform keys by default: BRKGA-5K is
+    budget=5000).
 
     The GA's array work runs compiled (`regal.breed`): the same run, bit for bit, as
-    brkga's numpy backend, at a fraction of its time."""
+    brkga's numpy backend, at a fraction of its time. The rest serves the `regal` pipeline
+    (`regal.search.pipeline`): with `gene_order` a chromosome `keys` is scored as
+    `keys[gene_order]` (the policy's slot space, `regal.policy.reference`); `spent`
+    evaluations were used before (the reference heuristics) and come off `budget`;
+    `uniform_mutant_fraction` of the mutants stay uniform when `alpha`/`beta` bias them."""
     from brkga import BRKGA
     from regal.breed import CompiledBackend
 
     ga = BRKGA(problem.num_genes, population_size=population_size,
                elite_fraction=elite_fraction, mutant_fraction=mutant_fraction,
                elite_bias=elite_bias, alpha=alpha, beta=beta, seed=seed,
-               backend=CompiledBackend())
-    callback = None if progress is None else (lambda _gen, used, best: progress(used, best))
-    result = ga.run(problem.evaluate, budget, initial=_warm_start(problem, initial),
+               backend=CompiledBackend(), uniform_mutant_fraction=uniform_mutant_fraction)
+    order = None if gene_order is None else np.asarray(gene_order, np.int64)
+    evaluate = problem.evaluate if order is None else \
+        (lambda keys: problem.evaluate(keys[:, order]))
+    callback = None if progress is None else \
+        (lambda _gen, used, best: progress(used + int(spent), best))
+    result = ga.run(evaluate, budget - spent, initial=_warm_start(problem, initial),
                     callback=callback, should_stop=should_stop)
-    return _solution_from_keys(problem, result.best_keys, evaluations=result.evaluations,
+    keys = result.best_keys if order is None else result.best_keys[order]
+    return _solution_from_keys(problem, keys, evaluations=result.evaluations + int(spent),
                                extra={"history": result.history.tolist(),
                                       "population_size": population_size})
 
@@ -285,7 +296,7 @@ METHODS: dict[str, Callable | str] = {
     "m-topo": "baselines.m_topo:solve",
     "m-etf": "baselines.m_etf:solve",
     "regal": "regal.regal_method:solve_regal",
-    "seeded-brkga": "baselines.seeded_brkga:solve",
+    "seeded-brkga": "regal.search.pipeline:solve_seeded_brkga",
 }
 
 

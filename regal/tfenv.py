@@ -51,7 +51,7 @@ def quiet_native_logs():
     if not from_cli():
         yield
         return
-    from regal.native import silenced
+    from regal.c_output import silenced
 
     with silenced(2):
         yield

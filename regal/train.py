@@ -159,7 +159,7 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-        from regal.regal_method import check_share
+        from regal.search.schedule import check_share
         check_share(self.polish_share, "polish_share", "the budget")
         if not 0.0 <= float(self.uniform_mutant_fraction) <= 1.0:
             raise ValueError(f"uniform_mutant_fraction: expected a share in [0, 1], got "
@@ -235,9 +235,9 @@ def graph_source(spec: str) -> GraphSource:
 
 @dataclass(frozen=True)
 class RolloutTask:
-    """One BRKGA run; `params` are `regal.regal_method.search` keywords (empty = plain BRKGA)
-    and, optionally, `polish_share`: that share of the budget goes to local search from
-    BRKGA's best (`regal.regal_method.two_phase`, as the `regal` method runs)."""
+    """One BRKGA run; `params` are `regal.search.pipeline.brkga_phase` keywords (empty =
+    plain BRKGA) and, optionally, `polish_share`: that share of the budget goes to a climb
+    from BRKGA's best (`regal.search.pipeline.run_pipeline`, as the `regal` method runs)."""
 
     graph: ComputationGraph
     devices: int
@@ -252,15 +252,17 @@ def run_rollout(task: RolloutTask) -> float:
     """BRKGA with the task's search parameters (then the polish, if it has a share); returns
     the best objective found."""
     from regal.optimizers import Problem
-    from regal.regal_method import two_phase
+    from regal.search.pipeline import run_pipeline
+    from regal.search.schedule import Schedule
     from regal.sim import DeviceSpec
 
     problem = Problem(task.graph, DeviceSpec(task.devices), task.objective)
     params = dict(task.params)
-    share = float(params.pop("polish_share", 0.0))   # 0: exactly `search`, draw for draw
+    share = float(params.pop("polish_share", 0.0))   # 0: BRKGA only, draw for draw
     # no fresh climb from the heuristic starts: it would not depend on the policy's action
-    solution = two_phase(problem, task.budget, task.seed, params, polish_share=share,
-                         fresh_climbs=0, population_size=task.population_size)
+    solution = run_pipeline(problem, task.budget, task.seed, params,
+                            schedule=Schedule(share, fresh_climbs=0, race=()),
+                            population_size=task.population_size)
     return float(solution.value)
 
 

@@ -306,7 +306,7 @@ def test_tiny_graphs_and_one_device():
 
 
 def test_local_search_improves_its_start():
-    from baselines.local_search import initial_solutions
+    from regal.search.starts import initial_solutions
 
     problem = Problem(synth.random_dag(60, 9), DeviceSpec(2))
     starts = evaluate(problem.graph, problem.devices, initial_solutions(problem))

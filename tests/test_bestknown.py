@@ -239,16 +239,27 @@ def test_improve_races_and_keeps_the_best_of_every_step(monkeypatch):
     """Each portfolio round ends with a race (seeded BRKGA, its fresh climbs racing), at its
     tuned budget and a seed of its own; the portfolio returns the best of every step."""
     from regal import bestknown, optimizers
+    from regal.search import climb, pipeline
 
     calls = []
+
+    def spying(name, function):
+        def spy(problem, budget, seed=0, **options):
+            found = function(problem, budget, seed, **options)
+            calls.append((name, budget, seed, found.value))
+            return found
+        return spy
+
     solve = optimizers.solve
 
-    def spy(name, problem, budget, seed=0, **options):
-        found = solve(name, problem, budget, seed, **options)
-        calls.append((name, budget, seed, found.value))
-        return found
+    def registry(name, problem, budget, seed=0, **options):   # the cheap heuristics, BRKGA
+        spy = spying(name, lambda *args, **kwargs: solve(name, *args, **kwargs))
+        return spy(problem, budget, seed, **options)
 
-    monkeypatch.setattr(optimizers, "solve", spy)
+    monkeypatch.setattr(optimizers, "solve", registry)
+    monkeypatch.setattr(climb, "local_search", spying("local-search", climb.local_search))
+    monkeypatch.setattr(pipeline, "solve_seeded_brkga",
+                        spying("seeded-brkga", pipeline.solve_seeded_brkga))
     problem = Problem(random_graph(np.random.default_rng(8), 40), DeviceSpec(2))
     found = bestknown.improve(problem, 3.0, seed=2)
     races = [c for c in calls if c[0] == "seeded-brkga"]

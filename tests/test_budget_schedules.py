@@ -56,7 +56,7 @@ def test_schedules_spend_the_budget_and_keep_their_parts(tmp_path, capsys):
     halves = [optimizers.solve("local-search", problem, 150, seed).value for seed in (3, 4)]
     assert rows["two-fresh"]["value"] == min(halves) and rows["two-fresh"]["evaluations"] == 300
     # fresh-race: both climbs to 60, the leader to 240 (a climb paused and resumed)
-    from baselines.local_search import Climb
+    from regal.search.climb import Climb
 
     climbs = [Climb(problem, 60, seed).run(60) for seed in (3, 4)]
     leader, other = sorted(climbs, key=lambda climb: climb.best_key)

@@ -24,7 +24,8 @@ from regal.policy.menus import (PLACEMENT_MENU, MenuChoices, make_action, normal
                                 target_log_likelihoods)
 from regal.policy.reference import (canonical_labels, compute_reference, order_keys,
                                     reference_for)
-from regal.regal_method import search, search_params
+from regal.regal_method import search_params
+from regal.search.pipeline import brkga_phase as search
 from regal.sim import DeviceSpec
 from regal.synth import random_dag
 

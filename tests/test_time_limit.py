@@ -126,7 +126,8 @@ def test_two_phase_search_polishes_within_the_time_limit(slow_problem, method):
     assert LIMIT <= found.wall_time <= LIMIT + MARGIN, found.wall_time
     assert found.extra["time_limit"] == LIMIT and found.extra["stopped_by"] == "time_limit"
     # every climb of the race had its turn: each round ends by its share of the time
-    from regal.regal_method import FRESH_CLIMBS
+    from regal.search.schedule import DEFAULT_SCHEDULE
+    FRESH_CLIMBS = DEFAULT_SCHEDULE.fresh_climbs
 
     lineages = found.extra["lineage_evaluations"]
     assert len(lineages) == FRESH_CLIMBS + 1 and min(found.extra["lineage_steps"]) > 0
@@ -142,7 +143,7 @@ def test_two_phase_search_polishes_within_the_time_limit(slow_problem, method):
 
 
 def test_phase_stops_switch_at_the_share_and_stop_at_the_deadline():
-    from regal.regal_method import phase_stops
+    from regal.search.schedule import phase_stops
 
     now = time.perf_counter()
     first, last, why = phase_stops(10.0, 0.4, start=now - 5.0)     # 5 s of 10 gone

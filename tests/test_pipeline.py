@@ -1,4 +1,5 @@
-"""The local-search polish after BRKGA in `regal` and `seeded-brkga` (regal.regal_method)."""
+"""The search pipeline of `regal` and `seeded-brkga` (regal.search.pipeline, .schedule): BRKGA,
+then climbs from its best and afresh from the heuristic starts, raced."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 
 from regal import synth
 from regal.optimizers import Problem, solve
-from regal.regal_method import polish, split_budget
+from regal.search.pipeline import race_climbs
+from regal.search.schedule import DEFAULT_SCHEDULE, split_budget
 from regal.sim import DeviceSpec, simulate
 
 
@@ -17,7 +19,7 @@ def problem() -> Problem:
 
 
 def test_split_budget_by_hand():
-    from regal.regal_method import POLISH_SHARE
+    POLISH_SHARE = DEFAULT_SCHEDULE.climb_share
 
     assert split_budget(5000) == (5000 - round(5000 * POLISH_SHARE), round(5000 * POLISH_SHARE))
     assert split_budget(5000, 0.4) == (3000, 2000)
@@ -52,7 +54,7 @@ def test_first_phase_is_brkga_at_its_share_and_the_polish_only_improves(problem,
 
 def test_polish_never_returns_worse_and_counts_both_searches(problem):
     start = solve("brkga", problem, 200, 1)
-    better = polish(problem, start, 300, 1)
+    better = race_climbs(problem, start, 300, 1)
     assert better.value <= start.value
     assert better.evaluations == start.evaluations + 300
     assert better.extra["before_polish"] == start.value and better.method == start.method
@@ -60,7 +62,7 @@ def test_polish_never_returns_worse_and_counts_both_searches(problem):
 
 def test_polish_share_zero_is_the_brkga_search_draw_for_draw(problem):
     from regal.policy.reference import reference_for
-    from regal.regal_method import search
+    from regal.search.pipeline import brkga_phase as search
 
     mine = solve("seeded-brkga", problem, 500, 2, polish_share=0.0)
     reference = reference_for(problem.graph, problem.devices)
@@ -86,7 +88,7 @@ def test_one_round_of_two_climbs_is_two_independent_local_searches(problem):
     """One fresh climb and one round at half the polish: the climb from `found` and the fresh
     climb (seed + 1) each spend half, as two local searches would; the answer is the best."""
     start = solve("brkga", problem, 200, 1)
-    both = polish(problem, start, 400, 1, fresh_climbs=1, race=(0.5,))
+    both = race_climbs(problem, start, 400, 1, fresh_climbs=1, race=(0.5,))
     climbed = solve("local-search", problem, 200, 1, heuristics=(), initial=[start])
     fresh = solve("local-search", problem, 200, 2)
     assert both.extra["climbed_value"] == climbed.value
@@ -97,7 +99,7 @@ def test_one_round_of_two_climbs_is_two_independent_local_searches(problem):
     assert both.evaluations == start.evaluations + 400
     assert both.extra["polish_evaluations"] == 400 and both.method == start.method
     # a first round under 8 evaluations is not worth the fresh starts: one climb spends it all
-    small = polish(problem, start, 14, 1, fresh_climbs=1, race=(0.5,))
+    small = race_climbs(problem, start, 14, 1, fresh_climbs=1, race=(0.5,))
     assert len(small.extra["lineage_values"]) == 1 and small.extra["polish_evaluations"] == 14
     assert small.value == solve("local-search", problem, 14, 1, heuristics=(),
                                 initial=[start]).value
@@ -106,10 +108,10 @@ def test_one_round_of_two_climbs_is_two_independent_local_searches(problem):
 def test_successive_halving_by_hand(problem):
     """Three climbs to 10% each, the better two to 30%, the leader spends the rest: redone
     by hand with `Climb`, pausing and resuming exactly as the race does."""
-    from baselines.local_search import Climb
+    from regal.search.climb import Climb
 
     start = solve("brkga", problem, 150, 2)
-    raced = polish(problem, start, 600, 5, fresh_climbs=2, race=(0.1, 0.3))
+    raced = race_climbs(problem, start, 600, 5, fresh_climbs=2, race=(0.1, 0.3))
     climbs = [Climb(problem, 60, 5, heuristics=(), initial=[start]),
               Climb(problem, 60, 6), Climb(problem, 60, 7)]
     for climb in climbs:
@@ -129,7 +131,7 @@ def test_successive_halving_by_hand(problem):
 
 
 def test_race_settings_are_checked():
-    from regal.regal_method import check_race
+    from regal.search.schedule import check_race
 
     assert check_race(2, (0.075, 0.225)) == (2, (0.075, 0.225))
     assert check_race(0, ()) == (0, ())
@@ -165,7 +167,8 @@ def test_the_default_schedule(problem, method):
     """BRKGA on 1 - POLISH_SHARE of the budget, then FRESH_CLIMBS fresh climbs race the one
     from BRKGA's best (RACE); progress never reports a worse best than before, and ends at
     the answer."""
-    from regal.regal_method import FRESH_CLIMBS, POLISH_SHARE, RACE
+    POLISH_SHARE, FRESH_CLIMBS, RACE = (DEFAULT_SCHEDULE.climb_share,
+                                        DEFAULT_SCHEDULE.fresh_climbs, DEFAULT_SCHEDULE.race)
 
     seen = []
     found = solve(method, problem, 1000, 3, progress=lambda used, best: seen.append((used, best)))
@@ -174,7 +177,7 @@ def test_the_default_schedule(problem, method):
     assert found.extra["before_polish"] == brkga_only.value
     assert found.extra["polish_evaluations"] == polish_budget == 1000 - brkga_only.evaluations
     assert len(found.extra["lineage_values"]) == FRESH_CLIMBS + 1
-    again = polish(problem, brkga_only, polish_budget, 3, fresh_climbs=FRESH_CLIMBS, race=RACE)
+    again = race_climbs(problem, brkga_only, polish_budget, 3, fresh_climbs=FRESH_CLIMBS, race=RACE)
     assert found.extra["lineage_values"] == again.extra["lineage_values"]
     assert found.value == again.value == min(found.extra["lineage_values"])
     assert min(found.extra["lineage_evaluations"]) == int(polish_budget * RACE[0])
@@ -187,10 +190,10 @@ def test_fresh_climbs_run_the_seed_free_heuristics_once(problem, monkeypatch):
     """m-topo and m-ETF give the same answer whatever the seed: the race's fresh climbs share
     them (one run each), gp-dfs runs per climb, and the answer is what separate runs give."""
     import regal.optimizers as optimizers
-    from baselines.local_search import SEEDLESS
+    from regal.search.starts import SEEDLESS
 
     start = solve("brkga", problem, 150, 2)
-    expected = polish(problem, start, 600, 5, fresh_climbs=2, race=(0.1, 0.3))
+    expected = race_climbs(problem, start, 600, 5, fresh_climbs=2, race=(0.1, 0.3))
     calls = []
     real_solve = optimizers.solve
 
@@ -199,7 +202,7 @@ def test_fresh_climbs_run_the_seed_free_heuristics_once(problem, monkeypatch):
         return real_solve(method, *args, **kwargs)
 
     monkeypatch.setattr(optimizers, "solve", counting_solve)
-    again = polish(problem, start, 600, 5, fresh_climbs=2, race=(0.1, 0.3))
+    again = race_climbs(problem, start, 600, 5, fresh_climbs=2, race=(0.1, 0.3))
     assert sorted(calls) == sorted(["gp-dfs", "gp-dfs", *SEEDLESS])
     assert again.extra["lineage_values"] == expected.extra["lineage_values"]
     assert again.extra["lineage_evaluations"] == expected.extra["lineage_evaluations"]

@@ -12,8 +12,9 @@ import itertools
 import numpy as np
 import pytest
 
-from baselines import local_search
-from baselines.local_search import initial_solutions, peak_facts
+from regal.search import climb as local_search
+from regal.search.moves import peak_facts
+from regal.search.starts import HEURISTICS, initial_solutions
 from regal import synth
 from regal.decode import encode
 from regal.graph import GraphBuilder
@@ -62,7 +63,7 @@ PROBLEMS = _problems()
 @pytest.mark.parametrize("which", range(len(PROBLEMS)))
 @pytest.mark.parametrize("budget", (1, 2, 4, 9, 150))
 def test_budget_is_never_exceeded_and_every_evaluation_is_counted(which, budget, model_runs):
-    sol = local_search.solve(PROBLEMS[which], budget, 1)
+    sol = local_search.local_search(PROBLEMS[which], budget, 1)
     spent = model_runs["evaluate"] + model_runs["heuristics"]
     assert spent <= budget
     assert sol.evaluations == spent
@@ -70,8 +71,8 @@ def test_budget_is_never_exceeded_and_every_evaluation_is_counted(which, budget,
 
 @pytest.mark.parametrize("which", range(len(PROBLEMS)))
 def test_same_seed_same_answer(which):
-    first = local_search.solve(PROBLEMS[which], 300, 7)
-    again = local_search.solve(PROBLEMS[which], 300, 7)
+    first = local_search.local_search(PROBLEMS[which], 300, 7)
+    again = local_search.local_search(PROBLEMS[which], 300, 7)
     assert np.array_equal(first.placement, again.placement)
     assert np.array_equal(first.priority, again.priority)
     assert np.array_equal(first.transfer_priority, again.transfer_priority)
@@ -84,7 +85,7 @@ def test_never_worse_than_its_best_start(which, seed):
     problem = PROBLEMS[which]
     starts = evaluate(problem.graph, problem.devices, initial_solutions(problem),
                       problem.objective)
-    heuristics = [solve(name, problem, 1, seed).value for name in local_search.HEURISTICS]
+    heuristics = [solve(name, problem, 1, seed).value for name in HEURISTICS]
     best_start = min(starts.min(), *heuristics)
     sol = solve("local-search", problem, 200, seed)
     assert sol.extra["initial_value"] == best_start
@@ -156,7 +157,7 @@ def test_peak_directed_move_finds_the_optimum():
     graph, _ = _two_tensors_forced_together()
     problem = Problem(graph, DeviceSpec(2))
     for seed in range(5):
-        sol = local_search.solve(problem, 40, seed, heuristics=())
+        sol = local_search.local_search(problem, 40, seed, heuristics=())
         assert sol.extra["initial_value"] == 200.0
         assert sol.value == 100.0
 
@@ -167,7 +168,7 @@ def test_uniform_moves_alone_do_not_find_it():
     graph, _ = _two_tensors_forced_together()
     problem = Problem(graph, DeviceSpec(2))
     for seed in range(5):
-        assert local_search.solve(problem, 40, seed, heuristics=(), directed=0.0).value == 200.0
+        assert local_search.local_search(problem, 40, seed, heuristics=(), directed=0.0).value == 200.0
 
 
 # ---------------------------------------------------------------------------
@@ -195,7 +196,7 @@ def test_groups_move_whole_and_pins_hold():
     constrained = b.build()
     problem = Problem(constrained, DeviceSpec(2))
     for seed in range(3):
-        sol = local_search.solve(problem, 60, seed, heuristics=())
+        sol = local_search.local_search(problem, 60, seed, heuristics=())
         assert colocation_violation(constrained, sol.placement) is None
         assert sol.placement[5] == 1 and sol.placement[consumer_b] == sol.placement[4]
         assert sol.value == 100.0
@@ -239,7 +240,7 @@ def evaluated(monkeypatch) -> list:
 
 def test_no_schedule_is_evaluated_twice(evaluated):
     problem, seen = PROBLEMS[0], evaluated
-    found = local_search.solve(problem, 2000, 0, heuristics=())
+    found = local_search.local_search(problem, 2000, 0, heuristics=())
     assert found.evaluations == len(seen) == 2000
     assert len(set(seen)) == len(seen)
     assert found.extra["repeats"] > 0            # repeats were proposed, and cost nothing
@@ -264,7 +265,7 @@ def test_a_paused_climb_resumes_without_paying_again(evaluated):
     assert len(seen) == 1500
     # in one go, the same seed is `solve`, draw for draw
     whole = local_search.Climb(problem, 1500, 3, heuristics=()).run(1500).solution()
-    same = local_search.solve(problem, 1500, 3, heuristics=())
+    same = local_search.local_search(problem, 1500, 3, heuristics=())
     assert whole.value == same.value and whole.extra == same.extra
 
 
@@ -294,7 +295,7 @@ def test_a_tiny_search_space_is_exhausted_not_paid_for_again():
                 digests.update(schedule_digests(graph, placement_, priority, transfer))
                 best = min(best, float(simulate(graph, problem.devices, placement_,
                                                 priority, transfer).peak.max()))
-    found = local_search.solve(problem, 5000, 0)
-    assert found.evaluations <= len(digests) + len(local_search.HEURISTICS)
+    found = local_search.local_search(problem, 5000, 0)
+    assert found.evaluations <= len(digests) + len(HEURISTICS)
     assert len(digests) < 5000 and found.extra["repeats"] > 1000
     assert found.value == best

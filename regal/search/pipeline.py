@@ -1,0 +1,203 @@
+"""REGAL's search pipeline: BRKGA (seeded, and steered by the policy's keys when there is one),
+then climbs from its best and afresh from the heuristic starts, raced (`Schedule`).
+
+`run_pipeline` runs it for given BRKGA settings: `regal` passes the policy's
+(`regal.regal_method`), `seeded-brkga` (`solve_seeded_brkga`, here) plain uniform keys with
+the same seeded first population, so a table that has both isolates what the policy adds.
+Training rollouts run it without the fresh climbs (they do not depend on the policy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable
+
+import numpy as np
+
+from regal.optimizers import Problem, Solution, solve_brkga
+from regal.search.climb import Climb
+from regal.search.schedule import (DEFAULT_SCHEDULE, Schedule, check_race, phase_stops,
+                                   split_budget)
+
+__all__ = ["race_climbs", "brkga_phase", "run_pipeline", "solve_seeded_brkga", "schedule_of"]
+
+
+def _best_of(*solutions: Solution | None) -> Solution:
+    """The best of `solutions` (None skipped); the earliest wins a tie."""
+    best = None
+    for solution in solutions:
+        if solution is not None and (best is None or solution.value < best.value):
+            best = solution
+    return best
+
+
+def race_climbs(problem: Problem, found: Solution, budget: int, seed: int, *,
+                fresh_climbs: int = 0, race=(), time_left: float | None = None,
+                progress: Callable[[int, float], None] | None = None,
+                should_stop: Callable[[], bool] | None = None) -> Solution:
+    """`found` improved by climbs with `budget` more evaluations; never worse than `found`.
+
+    Without `fresh_climbs` one climb from `found` spends it all. Otherwise climbs race by
+    successive halving: the climb from `found` (seed; no heuristic starts, `found` already
+    beats them) and `fresh_climbs` climbs afresh from the heuristic starts (seeds seed + 1,
+    ...) each run to `race[0]` of the budget, the better half (rounded up; ties to the
+    earlier climb) go on to `race[1]`, and so on; the last one left spends the rest. Climbs
+    are paused and resumed (`regal.search.climb.Climb`), never restarted. Why: which
+    basin ends best varies from run to run, one climb's early lead predicts it, and the
+    winner gets most of the budget (experiments/results/budget_schedules.md). With
+    `time_left`, the seconds until the deadline that `should_stop` enforces, each climb's
+    turn ends by its share of the time left once the climbs are built (their heuristic starts
+    take time of their own) too. The answer counts every evaluation; `extra` keeps
+    `found`'s and adds the climbs' (keys named `polish_*`, as records store them)."""
+    fresh_climbs, race = check_race(fresh_climbs, race)
+    start = time.perf_counter()
+    spent, budget = int(found.evaluations), int(budget)
+    # fresh climbs pay for their starts: under 8 evaluations each they are not worth it
+    if fresh_climbs and int(budget * race[0]) < 8:
+        fresh_climbs, race = 0, ()
+    deadline = None if time_left is None else start + float(time_left)
+    best_so_far = [float(found.value)]
+    climbs: list = []
+    raced_from = start         # the turns share the time left once every climb is built
+
+    def used_by_all() -> int:
+        return sum(int(climb.used) for climb in climbs)
+
+    def stop_at(share: float):
+        """`should_stop` for a turn that ends at `share` of the budget, and of the time left
+        after the climbs were built (their heuristic starts take time of their own)."""
+        end = None if deadline is None else raced_from + (deadline - raced_from) * share
+
+        def stop() -> bool:
+            if should_stop is not None and should_stop():
+                return True
+            return end is not None and time.perf_counter() >= end
+        return stop
+
+    def reporting(climb):
+        if progress is None:
+            return None
+        others = used_by_all() - int(climb.used)
+
+        def report(used: int, best: float) -> None:
+            best_so_far[0] = min(best_so_far[0], float(best))
+            progress(spent + others + used, best_so_far[0])
+        return report
+
+    first = budget if not fresh_climbs else max(1, int(budget * race[0]))
+    climbs.append(Climb(problem, first, seed, heuristics=(), initial=[found]))
+    known: dict = {}    # the seed-free heuristics' answers, run once for every fresh climb
+    for k in range(fresh_climbs):
+        if should_stop is not None and should_stop():
+            break
+        climbs.append(Climb(problem, first, seed + 1 + k, should_stop=should_stop,
+                            known=known))
+    raced_from = time.perf_counter()
+    alive = list(range(len(climbs)))
+    allotted, before = 0.0, 0.0
+    for share in race if len(climbs) > 1 else ():
+        target = max(1, int(budget * share))   # floors: the rounds never overspend
+        for rank, i in enumerate(alive):     # each climb's turn ends by its share of the time
+            climbs[i].run(target, reporting(climbs[i]),
+                          stop_at(allotted + (rank + 1) * (share - before)))
+        allotted, before = allotted + len(alive) * (share - before), share
+        alive = sorted(alive, key=lambda i: (climbs[i].best_key, i))[:(len(alive) + 1) // 2]
+    leader = min(alive, key=lambda i: (climbs[i].best_key, i))
+    climbs[leader].run(budget - (used_by_all() - int(climbs[leader].used)),
+                       reporting(climbs[leader]), should_stop)
+    used = used_by_all()
+    best = min(range(len(climbs)), key=lambda i: (climbs[i].best_key, i))
+    answer = climbs[best].solution()
+    better = _best_of(answer, found)     # the climb from `found` starts there: a guard only
+    extra = dict(found.extra, before_polish=float(found.value),
+                 polish_evaluations=used, polish_time=time.perf_counter() - start,
+                 polish_restarts=sum(int(climb.restarts) for climb in climbs),
+                 climbed_value=climbs[0].value,
+                 lineage_values=[climb.value for climb in climbs],
+                 lineage_evaluations=[int(climb.used) for climb in climbs],
+                 lineage_steps=[int(climb.steps) for climb in climbs],
+                 polish_winner="climb" if best == 0 else f"fresh-{best}")
+    return dataclasses.replace(better, evaluations=spent + used, method=found.method,
+                               seed=seed, extra=extra)
+
+
+def brkga_phase(problem: Problem, budget: int, seed: int, *, population_size: int = 100,
+                spent: int = 0, **brkga_options) -> Solution:
+    """`regal.optimizers.solve_brkga` on the BRKGA phase's `budget`, of which `spent` went to
+    the reference heuristics; when that leaves less than one generation the population
+    shrinks to what is left (at least 3). `brkga_options` are solve_brkga's (a policy's
+    `gene_order`, Betas, elite bias, seeds, uniform mutants; `progress`, `should_stop`)."""
+    left = int(budget) - int(spent)
+    if left < 3:
+        raise ValueError(f"budget: {budget} evaluations leave {left} after the reference's "
+                         f"{spent}; need at least 3")
+    return solve_brkga(problem, budget, seed, population_size=min(int(population_size), left),
+                       spent=int(spent), **brkga_options)
+
+
+def run_pipeline(problem: Problem, budget: int, seed: int, params: dict, *,
+                 schedule: Schedule = DEFAULT_SCHEDULE, time_limit: float | None = None,
+                 started: float | None = None,
+                 progress: Callable[[int, float], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
+    """`brkga_phase` with `params` on BRKGA's share of the budget (and of `time_limit`
+    seconds from `started`, default now), then `race_climbs` on whatever BRKGA left (the
+    schedule's share, or more when the time limit ended BRKGA early); `extra["stopped_by"]`
+    under a time limit (`phase_stops`). BRKGA always gets what its reference and seeds need
+    (at least its `spent` evaluations plus a population of max(3, seeds)), taken from the
+    climbs."""
+    from regal.optimizers import check_time_limit
+
+    if time_limit is not None:
+        time_limit = check_time_limit(time_limit)
+    started = time.perf_counter() if started is None else float(started)
+    seeds = params.get("initial")
+    population = max(3, 0 if seeds is None else len(np.atleast_2d(seeds)))
+    brkga_budget, climb_budget = split_budget(budget, schedule.climb_share,
+                                              keep=int(params.get("spent", 0)) + population)
+    first_stop, last_stop, stopped_by = phase_stops(
+        time_limit, schedule.climb_share if climb_budget else 0.0, should_stop, started)
+    found = brkga_phase(problem, brkga_budget, seed, progress=progress,
+                        should_stop=first_stop, **params, **brkga_options)
+    left = int(budget) - int(found.evaluations)
+    if climb_budget and left >= 8 and not (last_stop is not None and last_stop()):
+        time_left = None if time_limit is None else started + time_limit - time.perf_counter()
+        found = race_climbs(problem, found, left, seed, fresh_climbs=schedule.fresh_climbs,
+                            race=schedule.race, time_left=time_left, progress=progress,
+                            should_stop=last_stop)
+    if time_limit is not None:
+        found = dataclasses.replace(found, extra=dict(found.extra, stopped_by=stopped_by()))
+    return found
+
+
+def solve_seeded_brkga(problem: Problem, budget: int, seed: int = 0, *,
+                       polish_share: float | None = None, fresh_climbs: int | None = None,
+                       race=None, time_limit: float | None = None, progress=None,
+                       should_stop=None, **brkga_options) -> Solution:
+    """`regal` without the policy: plain uniform BRKGA whose first population holds the
+    reference heuristics' solutions (`regal.policy.reference`, whose evaluations count in the
+    budget), then the same race of climbs (`polish_share`, `fresh_climbs`, `race`: the
+    schedule's fields; defaults `DEFAULT_SCHEDULE`)."""
+    from regal.policy.reference import reference_for
+
+    started = time.perf_counter()
+    if int(budget) != budget or budget < 1:
+        raise ValueError(f"budget must be a positive integer, got {budget}")
+    schedule = schedule_of(polish_share, fresh_climbs, race)
+    reference = reference_for(problem.graph, problem.devices, problem.objective)
+    params = dict(initial=reference.seeds, spent=reference.evaluations)
+    found = run_pipeline(problem, int(budget), seed, params, schedule=schedule,
+                         time_limit=time_limit, started=started, progress=progress,
+                         should_stop=should_stop, **brkga_options)
+    extra = dict(found.extra, reference_source=reference.source,
+                 reference_value=reference.value)
+    return dataclasses.replace(found, method="seeded-brkga", seed=seed, extra=extra)
+
+
+def schedule_of(polish_share=None, fresh_climbs=None, race=None) -> Schedule:
+    """The `Schedule` a method's options give (None: the default's field)."""
+    default = DEFAULT_SCHEDULE
+    return Schedule(default.climb_share if polish_share is None else polish_share,
+                    default.fresh_climbs if fresh_climbs is None else fresh_climbs,
+                    default.race if race is None else race)

@@ -1,0 +1,100 @@
+"""The starts of a climb: model-free constructions, a given solution, and the registry's
+cheap heuristics (`HEURISTICS`), each scored once and counted in the budget."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from regal.decode import decode, encode
+from regal.optimizers import Problem, roomiest_device
+from regal.search.moves import ranks, rerank
+
+__all__ = ["HEURISTICS", "SEEDLESS", "initial_solutions", "given_starts", "heuristic_starts",
+           "conforming"]
+
+HEURISTICS = ("gp-dfs", "m-topo", "m-etf")
+# heuristics whose answer does not depend on the seed: climbs of one problem may share them
+SEEDLESS = ("m-topo", "m-etf")
+
+
+def _balanced_runs(graph, d: int) -> np.ndarray:
+    own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.int64)
+    memory = np.zeros(graph.num_nodes, np.int64)
+    np.add.at(memory, graph.tensor_producer, own)
+    memory += graph.temporary_memory.astype(np.int64) + graph.persistent_memory.astype(np.int64)
+    cumulative = np.cumsum(memory[graph.topo_order])
+    total = cumulative[-1] if cumulative[-1] > 0 else 1
+    device = np.minimum((d * (cumulative - memory[graph.topo_order] / 2) / total).astype(int), d - 1)
+    placement = np.empty(graph.num_nodes, np.int32)
+    placement[graph.topo_order] = device
+    return placement
+
+
+def conforming(graph, placement: np.ndarray) -> np.ndarray:
+    """`placement` with colocation groups and pins respected (unchanged on a free graph)."""
+    if not getattr(graph, "constrained", False):
+        return placement
+    from regal.decode import respect_colocation
+    return respect_colocation(graph, placement)
+
+
+def initial_solutions(problem: Problem) -> np.ndarray:
+    """Chromosomes of the model-free starts: memory-balanced topological runs, and every op
+    on the roomiest device (`regal.optimizers.roomiest_device`)."""
+    graph, d = problem.graph, problem.devices.count
+    priority = ranks(graph.topo_order)
+    runs = encode(conforming(graph, _balanced_runs(graph, d)), priority, priority, d)
+    one = np.full(graph.num_nodes, roomiest_device(problem), np.int32)
+    single = encode(conforming(graph, one), priority, priority, d)
+    return np.stack([runs, single]) if d > 1 else single[None, :]
+
+
+def given_starts(problem: Problem, initial) -> np.ndarray:
+    """Solutions or chromosomes -> [m, genes] keys that respect the colocation groups."""
+    from regal.optimizers import Solution
+
+    items = [initial] if isinstance(initial, Solution) else list(initial) \
+        if isinstance(initial, (list, tuple)) else list(np.atleast_2d(initial))
+    graph, d = problem.graph, problem.devices.count
+    rows = []
+    for item in items:
+        if isinstance(item, Solution):
+            placement, priority, transfer = item.placement, item.priority, item.transfer_priority
+        else:
+            placement, priority, transfer = decode(np.asarray(item, np.float64), graph, d)
+        rows.append(encode(conforming(graph, np.asarray(placement, np.int32)),
+                           rerank(priority), rerank(transfer), d))
+    return np.stack(rows)
+
+
+def heuristic_starts(problem: Problem, names, budget: int, seed: int, etf_max_ops: int,
+                      should_stop=None, known: dict | None = None):
+    """(chromosome, Solution, evaluations, name) of each registry heuristic within the budget
+    (none more once `should_stop()` says so: a time limit ends the starts too).
+
+    The heuristic's answer is scored by the registry; when the colocation projection changed
+    its placement, the caller scores the projected chromosome itself."""
+    from regal.optimizers import solve as run_method
+
+    graph, d = problem.graph, problem.devices.count
+    out = []
+    for name in names:
+        if name == "m-etf" and graph.num_nodes > etf_max_ops:
+            continue
+        if budget < 1 or (should_stop is not None and should_stop()):
+            break
+        if known is not None and name in SEEDLESS and name in known:
+            found = known[name]           # the same answer whatever the seed: not run again
+        else:
+            found = run_method(name, problem, 1, seed)
+            if known is not None and name in SEEDLESS:
+                known[name] = found
+        used = max(1, int(found.evaluations))
+        if used > budget:
+            break
+        budget -= used
+        placement = conforming(graph, np.asarray(found.placement, np.int32))
+        keys = encode(placement, rerank(found.priority), rerank(found.transfer_priority), d)
+        out.append((keys, found, used, name))
+    return out
+
