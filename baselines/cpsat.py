@@ -144,7 +144,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from regal.optimizers import Problem, Solution, score
+from regal.optimizers import Problem, Solution, check_budget, score
 from regal.sim import DeviceSpec, ranking_limits
 
 __all__ = ["solve", "lower_bound", "closed_form_bound", "best_heuristic", "build_model",
@@ -1031,8 +1031,7 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
     """
     from regal.sim import trace
 
-    if int(budget) != budget or budget < 1:
-        raise ValueError(f"budget must be a positive integer, got {budget}")
+    check_budget(budget)
     if not time_limit > 0:
         raise ValueError(f"time_limit must be positive, got {time_limit}")
     if formulation not in ("auto", "sequence", "cumulative"):

@@ -19,7 +19,7 @@ import numpy as np
 
 from regal.decode import respect_colocation
 from regal.c_output import silenced
-from regal.optimizers import Problem, Solution, score
+from regal.optimizers import Problem, Solution, check_budget, score
 
 __all__ = ["solve", "partition", "dfs_order"]
 
@@ -136,8 +136,7 @@ def dfs_order(graph) -> np.ndarray:
 
 def solve(problem: Problem, budget: int, seed: int = 0, progress=None) -> Solution:
     """Partition, order, score once (evaluations = 1)."""
-    if int(budget) != budget or budget < 1:
-        raise ValueError(f"budget must be a positive integer, got {budget}")
+    check_budget(budget)
     graph = problem.graph
     n = graph.num_nodes
     placement = respect_colocation(graph, partition(graph, problem.devices.count, seed))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from regal.decode import respect_colocation
-from regal.optimizers import Problem, Solution, score
+from regal.optimizers import Problem, Solution, check_budget, score
 
 __all__ = ["solve", "schedule"]
 
@@ -140,8 +140,7 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, slack: float = 0.1,
     makes the answer worse by the objective (`seed` is unused)."""
     from regal.sim import ranking_limits
 
-    if int(budget) != budget or budget < 1:
-        raise ValueError(f"budget must be a positive integer, got {budget}")
+    check_budget(budget)
     if not slack >= 0:
         raise ValueError(f"slack must be >= 0, got {slack}")
     found, used = _scheduled(problem, slack, None), 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from regal.decode import respect_colocation
-from regal.optimizers import Problem, Solution, score
+from regal.optimizers import Problem, Solution, check_budget, score
 
 __all__ = ["solve", "op_memory", "place"]
 
@@ -73,8 +73,7 @@ def solve(problem: Problem, budget: int, seed: int = 0, progress=None) -> Soluti
     never makes the answer worse by the objective (`seed` is unused)."""
     from regal.sim import ranking_limits
 
-    if int(budget) != budget or budget < 1:
-        raise ValueError(f"budget must be a positive integer, got {budget}")
+    check_budget(budget)
     graph = problem.graph
     n = graph.num_nodes
     priority = np.empty(n)

@@ -14,7 +14,7 @@ import itertools
 
 import numpy as np
 
-from regal.optimizers import Problem, Solution, solve_brkga, solve_random
+from regal.optimizers import Problem, Solution, check_budget, solve_brkga, solve_random
 
 __all__ = ["TUNED", "GRID", "solve", "tune"]
 
@@ -39,8 +39,7 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, progress=None, should
     A budget smaller than the population shrinks the population to the budget (BRKGA needs
     one full generation); below 3 evaluations it is random search.
     """
-    if int(budget) != budget or budget < 1:
-        raise ValueError(f"budget must be a positive integer, got {budget}")
+    check_budget(budget)
     params = {**TUNED, **overrides}
     if budget < 3:
         found = solve_random(problem, int(budget), seed, progress=progress,

@@ -127,7 +127,7 @@ class Entry:
     @classmethod
     def from_solution(cls, problem, solution, *, graph: str, found_by: str, evaluations: int,
                       seconds: float) -> "Entry":
-        from regal.harness import software_version
+        from regal import version
         devices = problem.devices
         return cls(
             fingerprint=problem.graph.fingerprint(), graph=graph, ops=problem.graph.num_nodes,
@@ -141,7 +141,7 @@ class Entry:
             priority=dense_ranks(solution.priority).tolist(),
             transfer_priority=dense_ranks(solution.transfer_priority).tolist(),
             found_by=found_by, evaluations=int(evaluations), seconds=round(float(seconds), 3),
-            version=software_version(),
+            version=version(),
             created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 
 

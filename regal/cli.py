@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from regal import version
 from regal.harness import MAX_BYTES, MAX_DEVICES  # a light module (no numpy)
 
 EXIT_USAGE = 2
@@ -604,11 +605,6 @@ def cmd_bounds(args) -> int:
 # parser
 
 
-def _version() -> str:
-    from regal.harness import software_version
-    return software_version()
-
-
 def _model_options(p) -> None:
     """--batch, --training, --run, --trust-code: how `import` and `optimize` import a model."""
     p.add_argument("--batch", type=positive_int, default=None, metavar="B",
@@ -637,7 +633,7 @@ def build_parser() -> argparse.ArgumentParser:
                "each command. Exit codes: 0 ok, 2 bad input or an output that cannot be "
                "written (one line says what), 3 no solution within the memory limits, 130 "
                "interrupted (train: 128 + the signal, after its checkpoint).")
-    parser.add_argument("--version", action="version", version=f"regal {_version()}")
+    parser.add_argument("--version", action="version", version=f"regal {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     data = sub.add_parser("data", help="graph sets: inspect, generate, build")

@@ -19,12 +19,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from regal import version
 from regal.files import JsonLinesWriter, Lock
 from regal.workers import exit_with_parent, set_numba_threads
 
 __all__ = ["GRAPH_SUFFIXES", "RECORDS_FILE", "KEY_FIELDS", "Task", "GraphEntry", "RunSummary",
            "find_graphs", "check_grid", "make_tasks", "record_key", "run_task", "read_records",
-           "load_records", "run_experiment", "software_version", "MAX_DEVICES", "MAX_BYTES",
+           "load_records", "run_experiment", "MAX_DEVICES", "MAX_BYTES",
            "check_record", "skipped_lines", "WorkerDied", "forget_records",
            "current_revisions"]
 
@@ -46,18 +47,6 @@ _OBJECTIVES = ("peak_memory", "makespan")  # regal.optimizers.OBJECTIVES, withou
 class WorkerDied(RuntimeError):
     """A pool worker process died (killed, out of memory) before reporting its run; the
     records written so far are kept and a rerun resumes. The CLI prints it as one line."""
-
-
-def software_version() -> str:
-    """regal's version (package metadata), or 'unknown' when run from a bare source tree."""
-    try:
-        import regal
-        if getattr(regal, "__version__", None):
-            return str(regal.__version__)
-        from importlib.metadata import version
-        return version("regal")
-    except Exception:
-        return "unknown"
 
 
 # ---------------------------------------------------------------------------
@@ -288,7 +277,7 @@ def run_task(task: Task, graph=None, method=None) -> dict:
 
     record = asdict(task)
     record.pop("path")
-    record.update(graph_path=task.path, version=software_version(), host=socket.gethostname(),
+    record.update(graph_path=task.path, version=version(), host=socket.gethostname(),
                   pid=os.getpid(), started=time.time())
     options = json.loads(task.options)
     start = time.perf_counter()
@@ -637,7 +626,7 @@ def run_task_failed(task: Task, exc: BaseException) -> dict:
     """A failed record for a run whose worker died before it could report."""
     record = asdict(task)
     record.pop("path")
-    record.update(graph_path=task.path, version=software_version(), status="failed",
+    record.update(graph_path=task.path, version=version(), status="failed",
                   error=f"worker died: {type(exc).__name__}: {exc}", value=None, peak=None,
                   makespan=None, feasible=None, overflow=None, evaluations=None,
                   method_wall_time=None, time_limit=None, wall_time=None)

@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from regal import version
 from regal.decode import decode, encode, num_genes, respect_colocation
 from regal.graph import ComputationGraph
 from regal.sim import DeviceSpec
@@ -28,7 +29,7 @@ __all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "REVISIONS", "registe
            "method_revision", "LIMITS_REVISION", "get_method",
            "available_methods", "solve", "score", "single_device", "round_robin",
            "roomiest_device", "one_device", "reference_solutions",
-           "solve_brkga", "solve_random", "solution_record", "read_solution",
+           "solve_brkga", "solve_random", "check_budget", "solution_record", "read_solution",
            "execution_order", "describe", "smallest_overflow", "check_time_limit",
            "UNLIMITED_BUDGET"]
 
@@ -257,13 +258,19 @@ def solve_brkga(problem: Problem, budget: int, seed: int, *, population_size: in
                                       "population_size": population_size})
 
 
+def check_budget(budget) -> None:
+    """ValueError unless `budget` is a whole number of evaluations >= 1: every method's
+    check of its budget."""
+    if int(budget) != budget or budget < 1:
+        raise ValueError(f"budget must be a positive integer, got {budget}")
+
+
 def solve_random(problem: Problem, budget: int, seed: int, *, batch_size: int = 100,
                  progress: Callable[[int, float], None] | None = None,
                  should_stop: Callable[[], bool] | None = None) -> Solution:
     """Random search: `budget` uniform chromosomes, scored in batches; keeps the best
     (`should_stop()`, asked before every batch after the first, ends it early)."""
-    if int(budget) != budget or budget < 1:
-        raise ValueError(f"budget must be a positive integer, got {budget}")
+    check_budget(budget)
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     rng = np.random.default_rng(seed)
@@ -448,14 +455,6 @@ def solve(method_name: str, problem: Problem, budget: int | None, seed: int = 0,
 # solution files
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("regal")
-    except Exception:  # not installed: running from a source tree
-        return "unknown"
-
-
 def execution_order(problem: Problem, solution: Solution) -> np.ndarray:
     """Position of every op in its device's run order, from the simulator's trace."""
     from regal.sim import trace
@@ -489,7 +488,7 @@ def solution_record(problem: Problem, solution: Solution, budget: int,
         about["imported_fingerprint"] = imported.fingerprint()
     return {
         "format": "regal-solution/1",
-        "regal_version": _version(),
+        "regal_version": version(),
         "graph": about,
         "devices": {"count": devices.count,
                     "memory_limit": None if devices.memory_limit is None

@@ -52,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 from regal.decode import decode, schedule_digests, split
-from regal.optimizers import Problem, Solution, score
+from regal.optimizers import Problem, Solution, check_budget, score
 from regal.search.moves import Moves, peak_facts, rerank
 from regal.search.starts import HEURISTICS, given_starts, heuristic_starts, initial_solutions
 
@@ -88,8 +88,7 @@ class Climb:
                  patience: int | None = None, heuristics=HEURISTICS, etf_max_ops: int = 1000,
                  directed: float = 0.85, initial=None, should_stop=None,
                  known: dict | None = None) -> None:
-        if int(budget) != budget or budget < 1:
-            raise ValueError(f"budget must be a positive integer, got {budget}")
+        check_budget(budget)
         if int(batch_size) != batch_size or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
         if not 0.0 <= directed <= 1.0:

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from regal.optimizers import Problem, Solution, solve_brkga
+from regal.optimizers import Problem, Solution, check_budget, solve_brkga
 from regal.search.climb import Climb
 from regal.search.schedule import (DEFAULT_SCHEDULE, Schedule, check_race, phase_stops,
                                    split_budget)
@@ -182,8 +182,7 @@ def solve_seeded_brkga(problem: Problem, budget: int, seed: int = 0, *,
     from regal.policy.reference import reference_for
 
     started = time.perf_counter()
-    if int(budget) != budget or budget < 1:
-        raise ValueError(f"budget must be a positive integer, got {budget}")
+    check_budget(budget)
     schedule = schedule_of(polish_share, fresh_climbs, race)
     reference = reference_for(problem.graph, problem.devices, problem.objective)
     params = dict(initial=reference.seeds, spent=reference.evaluations)
