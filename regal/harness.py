@@ -298,6 +298,7 @@ def run_task(task: Task, graph=None, method=None) -> dict:
                       time_limit=_time_limit(options, solution.extra))
         if "reported_value" in solution.extra:
             record["reported_value"] = solution.extra["reported_value"]
+        record["extra"] = kept_extra(solution.extra)
     except Exception as exc:  # a crash on one graph must not stop the experiment
         record.update(status="failed", error=f"{type(exc).__name__}: {exc}",
                       traceback=traceback.format_exc(limit=8), value=None, peak=None,
@@ -305,6 +306,29 @@ def run_task(task: Task, graph=None, method=None) -> dict:
                       method_wall_time=None, time_limit=_time_limit(options, {}))
     record["wall_time"] = time.perf_counter() - start
     return record
+
+
+# the longest JSON text of one `Solution.extra` entry a record keeps: the race's winner, the
+# value before the climbs, the reference's value and source, phase times and solver
+# statuses are short; BRKGA's per-generation history is not
+EXTRA_CHARS = 200
+
+
+def kept_extra(extra: dict) -> dict:
+    """The entries of a method's `Solution.extra` that a record keeps, so that results can
+    say which climb won, what BRKGA's best was before the climbs or how long the policy
+    took: every entry whose JSON text is at most `EXTRA_CHARS` long."""
+    from regal.files import json_text
+
+    kept = {}
+    for name, value in extra.items():
+        try:
+            text = json_text(value)
+        except (TypeError, ValueError):  # not JSON (an object): not a result
+            continue
+        if len(text) <= EXTRA_CHARS:
+            kept[str(name)] = value
+    return kept
 
 
 def _init_worker(threads: int) -> None:

@@ -581,3 +581,22 @@ def test_runs_under_a_limit_carry_the_limits_revision(graph_dir, tmp_path):
     assert len(current) == first.ran
     assert all(r["revision"] == optimizers.LIMITS_REVISION for r in current
                if r["memory_limit"] is not None)
+
+
+def test_records_keep_the_short_entries_of_the_methods_extra(graph_dir, tmp_path):
+    """Issue 37 item 5: a record answers which climb won and what BRKGA's best was before
+    the climbs; long entries (BRKGA's per-generation history) are left out."""
+    out = tmp_path / "out"
+    harness.run_experiment(["seeded-brkga", "brkga"], graph_dir, out, seeds=1, budgets=300,
+                           workers=1, progress=False)
+    records = _lines(out / harness.RECORDS_FILE)
+    for r in records:
+        assert all(len(json.dumps(v)) <= harness.EXTRA_CHARS for v in r["extra"].values())
+        if r["method"] == "seeded-brkga":
+            assert r["extra"]["polish_winner"] in ("climb", "fresh-1", "fresh-2")
+            assert r["extra"]["before_polish"] >= r["value"]
+            assert r["extra"]["reference_value"] >= r["value"]
+        else:   # 300 evaluations: a few generations, a short history ending at the answer
+            assert min(r["extra"]["history"]) == r["extra"]["history"][-1] == r["value"]
+    assert harness.kept_extra({"long": list(range(100)), "short": 1.5, "object": object()}) \
+        == {"short": 1.5}
