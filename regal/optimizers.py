@@ -1,4 +1,6 @@
-"""Every method behind one interface (docs/design.md §6): `solve(method, problem, budget, seed)`.
+"""Every method behind one interface (docs/design.md §6): `solve(method, problem, budget, seed)`,
+the registry of methods, the two methods of plain search (BRKGA, random) and the trivial
+yardsticks (one device, round robin).
 
 A method is a function `method(problem, budget, seed, **options) -> Solution`
 (options may include `progress(evaluations, best)`, and for searches `should_stop()`, which
@@ -13,17 +15,19 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from regal import version
-from regal.decode import decode, encode, num_genes, respect_colocation
+from regal.decode import decode, respect_colocation
 from regal.graph import ComputationGraph
+# the types, the solution file and the printed summary live in their own modules; the
+# public API (README, "Python API") names them from here
+from regal.problem import OBJECTIVES, Problem, Solution, score, scored
 from regal.sim import DeviceSpec
+from regal.solution_file import execution_order, read_solution, solution_record
+from regal.summary import describe, smallest_overflow
 
 __all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "REVISIONS", "register",
            "method_revision", "LIMITS_REVISION", "get_method",
@@ -33,115 +37,9 @@ __all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "REVISIONS", "registe
            "execution_order", "describe", "smallest_overflow", "check_time_limit",
            "UNLIMITED_BUDGET"]
 
-OBJECTIVES = ("peak_memory", "makespan")
-
-
-@dataclass(frozen=True, eq=False)
-class Problem:
-    """What to optimise: a graph, the devices, and the objective's name."""
-
-    graph: ComputationGraph
-    devices: DeviceSpec
-    objective: str = "peak_memory"
-
-    def __post_init__(self) -> None:
-        if isinstance(self.devices, (int, np.integer)) and not isinstance(self.devices, bool):
-            object.__setattr__(self, "devices", DeviceSpec(int(self.devices)))
-        if not isinstance(self.devices, DeviceSpec):
-            raise ValueError(f"devices: expected a DeviceSpec or a count, got {self.devices!r}")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective: expected one of {', '.join(OBJECTIVES)}, "
-                             f"got {self.objective!r}")
-        if self.graph.has_pins:  # a pin must name one of these devices
-            from regal.graph import check_pins
-            check_pins(self.graph.names, self.graph.pinned, self.devices.count)
-
-    @property
-    def num_genes(self) -> int:
-        return num_genes(self.graph.num_nodes, self.devices.count)
-
-    def evaluate(self, keys: np.ndarray) -> np.ndarray:
-        """Objective of each chromosome in a batch [k, num_genes] (one model call per row)."""
-        from regal.sim import evaluate
-        return evaluate(self.graph, self.devices, keys, self.objective)
-
-
-@dataclass(frozen=True, eq=False)
-class Solution:
-    """A placement and schedule with the simulator's verdict on it."""
-
-    placement: np.ndarray          # [n] device of each op
-    priority: np.ndarray           # [n] node priority (higher runs first)
-    transfer_priority: np.ndarray  # [n] priority of the tensors each op produces
-    value: float                   # objective value (lower is better)
-    peak: np.ndarray               # [d] peak bytes per device
-    makespan: float                # µs
-    feasible: bool                 # every device within its memory limit
-    overflow: int = 0              # bytes over the limits, summed over devices
-    objective: str = "peak_memory"
-    evaluations: int = 0           # performance-model evaluations used
-    wall_time: float = 0.0         # seconds
-    method: str = ""
-    seed: int | None = None
-    extra: dict = field(default_factory=dict)
-
-    def keys(self) -> np.ndarray:
-        """The chromosome that decodes to this solution (a BRKGA warm start)."""
-        return encode(self.placement, self.priority, self.transfer_priority, len(self.peak))
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        for name in ("placement", "priority", "transfer_priority", "peak"):
-            out[name] = np.asarray(getattr(self, name)).tolist()
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "Solution":
-        data = dict(data)
-        data["placement"] = np.asarray(data["placement"], dtype=np.int32)
-        for name in ("priority", "transfer_priority"):
-            data[name] = np.asarray(data[name], dtype=np.float64)
-        data["peak"] = np.asarray(data["peak"], dtype=np.int64)
-        return cls(**data)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, text: str) -> "Solution":
-        return cls.from_dict(json.loads(text))
-
 
 # ---------------------------------------------------------------------------
-# scoring
-
-
-def score(problem: Problem, placement, priority, transfer_priority) -> dict:
-    """The simulator's verdict as Solution fields: value, peak, makespan, feasible, overflow."""
-    from regal.sim import simulate
-
-    n = problem.graph.num_nodes
-    placement = np.asarray(placement)
-    if placement.shape != (n,):
-        raise ValueError(f"placement: expected one device per op ({n}), got shape "
-                         f"{placement.shape}")
-    if not np.issubdtype(placement.dtype, np.integer):
-        raise ValueError(f"placement: expected integer devices, got {placement.dtype}")
-    placement = placement.astype(np.int32)
-    priority = np.asarray(priority, dtype=np.float64)
-    transfer_priority = np.asarray(transfer_priority, dtype=np.float64)
-    result = simulate(problem.graph, problem.devices, placement, priority, transfer_priority)
-    peak = np.asarray(result.peak, dtype=np.int64)
-    limits = problem.devices.limits
-    overflow = 0 if limits is None else int(np.maximum(peak - limits, 0).sum())
-    return dict(placement=placement, priority=priority, transfer_priority=transfer_priority,
-                value=float(result.objective(problem.objective)), peak=peak,
-                makespan=float(result.makespan), feasible=bool(result.feasible),
-                overflow=overflow, objective=problem.objective)
-
-
-def _scored(problem: Problem, placement, priority, transfer_priority, **fields) -> Solution:
-    return Solution(**score(problem, placement, priority, transfer_priority), **fields)
+# yardsticks: trivial solutions
 
 
 def _topological_priority(graph: ComputationGraph) -> np.ndarray:
@@ -167,7 +65,7 @@ def single_device(problem: Problem) -> Solution:
     priority = _topological_priority(problem.graph)
     placement = np.full(problem.graph.num_nodes, roomiest_device(problem), np.int32)
     placement = respect_colocation(problem.graph, placement)  # pinned groups go to their pin
-    return _scored(problem, placement, priority, priority, method="single-device")
+    return scored(problem, placement, priority, priority, method="single-device")
 
 
 def one_device(problem: Problem) -> Solution:
@@ -182,7 +80,7 @@ def one_device(problem: Problem) -> Solution:
     alone = DeviceSpec(1, None if limits is None else int(limits.max()),
                        problem.devices.bandwidth, problem.devices.latency)
     priority = _topological_priority(graph)
-    found = _scored(Problem(graph, alone, problem.objective),
+    found = scored(Problem(graph, alone, problem.objective),
                     np.zeros(graph.num_nodes, np.int32), priority, priority,
                     method="one-device")
     return found
@@ -200,7 +98,7 @@ def round_robin(problem: Problem) -> Solution:
     placement = np.empty(graph.num_nodes, dtype=np.int32)
     placement[graph.topo_order] = np.arange(graph.num_nodes) % problem.devices.count
     placement = respect_colocation(graph, placement)  # a group where most of its bytes are
-    return _scored(problem, placement, priority, priority, method="round-robin")
+    return scored(problem, placement, priority, priority, method="round-robin")
 
 
 # ---------------------------------------------------------------------------
@@ -209,7 +107,7 @@ def round_robin(problem: Problem) -> Solution:
 
 def _solution_from_keys(problem: Problem, keys: np.ndarray, **fields) -> Solution:
     placement, priority, transfer = decode(keys, problem.graph, problem.devices)
-    return _scored(problem, placement, priority, transfer, **fields)
+    return scored(problem, placement, priority, transfer, **fields)
 
 
 def _warm_start(problem: Problem, initial) -> np.ndarray | None:
@@ -449,196 +347,3 @@ def solve(method_name: str, problem: Problem, budget: int | None, seed: int = 0,
             extra["stopped_by"] = stopped[0] if stopped else "budget"
     return Solution(**rescored, evaluations=int(found.evaluations), wall_time=wall_time,
                     method=method_name, seed=seed, extra=extra)
-
-
-# ---------------------------------------------------------------------------
-# solution files
-
-
-def execution_order(problem: Problem, solution: Solution) -> np.ndarray:
-    """Position of every op in its device's run order, from the simulator's trace."""
-    from regal.sim import trace
-
-    tr = trace(problem.graph, problem.devices, solution.placement, solution.priority,
-               solution.transfer_priority)
-    start = np.asarray(tr.op_start, dtype=np.float64)
-    order = np.empty(problem.graph.num_nodes, dtype=np.int64)
-    for k in range(problem.devices.count):
-        ops = np.flatnonzero(solution.placement == k)
-        # ties (zero-cost ops at one instant) keep the simulator's id order
-        ops = ops[np.lexsort((ops, start[ops]))]
-        order[ops] = np.arange(len(ops))
-    return order
-
-
-def solution_record(problem: Problem, solution: Solution, budget: int,
-                    source: str | None = None, imported: ComputationGraph | None = None) -> dict:
-    """The content of solution.json: op name -> device and order, plus provenance.
-
-    `imported`: the graph before the user's pins and colocations (`regal optimize --pin`),
-    whose fingerprint is recorded too (`graph.imported_fingerprint`, only when it differs),
-    so `regal apply` can match the solution to the model, which imports without them.
-    """
-    graph, devices = problem.graph, problem.devices
-    order = execution_order(problem, solution)
-    about = {"fingerprint": graph.fingerprint(), "ops": graph.num_nodes, "source": source}
-    if imported is not None and imported.fingerprint() != about["fingerprint"]:
-        if imported.names.tolist() != graph.names.tolist():
-            raise ValueError("solution_record: `imported` has other ops than the problem's graph")
-        about["imported_fingerprint"] = imported.fingerprint()
-    return {
-        "format": "regal-solution/1",
-        "regal_version": version(),
-        "graph": about,
-        "devices": {"count": devices.count,
-                    "memory_limit": None if devices.memory_limit is None
-                    else list(devices.memory_limit),
-                    "bandwidth": devices.bandwidth, "latency": devices.latency},
-        "objective": problem.objective,
-        "method": solution.method,
-        "budget": budget,
-        "time_limit": solution.extra.get("time_limit"),  # seconds (--time-limit), or None
-        "seed": solution.seed,
-        "result": {"value": solution.value, "peak": solution.peak.tolist(),
-                   "makespan": solution.makespan, "feasible": solution.feasible,
-                   "overflow": solution.overflow, "evaluations": solution.evaluations,
-                   "wall_time": solution.wall_time},
-        "ops": {str(name): {"device": int(solution.placement[v]), "order": int(order[v]),
-                            "priority": float(solution.priority[v]),
-                            "transfer_priority": float(solution.transfer_priority[v])}
-                for v, name in enumerate(graph.names)},
-    }
-
-
-def read_solution(record: dict, problem: Problem) -> Solution:
-    """A solution.json record -> Solution re-scored on `problem` (checks the graph hash).
-
-    The record may have been edited by hand: every field used is checked, and a bad one is a
-    ValueError naming the op (by name) and the field, never a TypeError or a silent cast.
-    """
-    from regal.io.solution import check_op_entry
-
-    def is_int(value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    graph, count = problem.graph, problem.devices.count
-    if not isinstance(record, dict):
-        raise ValueError(f"solution: expected a JSON object, got {type(record).__name__}")
-    about = record.get("graph")
-    if not isinstance(about, dict) or about.get("fingerprint") != graph.fingerprint():
-        raise ValueError("solution: graph fingerprint differs from the graph given")
-    ops = record.get("ops")
-    if not isinstance(ops, dict):
-        raise ValueError("solution: 'ops': expected an object of op name -> entry")
-    names = [str(name) for name in graph.names]
-    missing = [name for name in names if name not in ops]
-    if missing:
-        raise ValueError(f"solution: op {missing[0]!r} has no entry")
-    rows = []
-    for name in names:
-        check_op_entry("solution", name, ops[name], count)
-        rows.append(ops[name])
-    result = record.get("result", {})
-    evaluations = result.get("evaluations", 0) if isinstance(result, dict) else None
-    if not is_int(evaluations) or evaluations < 0:
-        raise ValueError(f"solution: 'result': expected an object with a whole number of "
-                         f"evaluations, got {result!r:.40}")
-    method, seed = record.get("method", ""), record.get("seed")
-    if not isinstance(method, str) or not (seed is None or is_int(seed)):
-        raise ValueError(f"solution: 'method' must be text and 'seed' an integer or null, got "
-                         f"{method!r:.40} and {seed!r:.40}")
-    placement = np.array([r["device"] for r in rows], dtype=np.int32)
-    priority = np.array([r["priority"] for r in rows], dtype=np.float64)
-    transfer = np.array([r["transfer_priority"] for r in rows], dtype=np.float64)
-    return _scored(problem, placement, priority, transfer, method=method, seed=seed,
-                   evaluations=evaluations)
-
-
-# ---------------------------------------------------------------------------
-# human-readable summary
-
-
-def _bytes(value: float) -> str:
-    from regal.units import format_bytes
-    return format_bytes(value)
-
-
-def _figure(objective: str, solution: Solution) -> float:
-    """The objective's own figure (peak bytes or step µs), never a ranking penalty."""
-    return float(max(solution.peak, default=0)) if objective == "peak_memory" \
-        else float(solution.makespan)
-
-
-def _over_limits(problem: Problem, solution: Solution) -> str:
-    """'device 0 is 14.51 MiB over its 20 MiB limit' for the device furthest over its limit."""
-    limits = problem.devices.limits
-    k = int(np.argmax(np.asarray(solution.peak) - limits))
-    return (f"device {k} is {_bytes(int(solution.peak[k]) - int(limits[k]))} over its "
-            f"{_bytes(limits[k])} limit")
-
-
-def describe(problem: Problem, solution: Solution, references: list[Solution]) -> list[str]:
-    """Lines that `regal optimize` prints: the peak memory (per device, against its limit)
-    and the step time (makespan), each beside the whole graph on one device (`one_device`),
-    whether the answer fits and by how much it does not, and its gain over each reference.
-    Each figure is a peak or a time, never a ranking penalty, and a figure over a limit says
-    whose and which. Every figure in human units (KiB/MiB/GiB, us/ms/s)."""
-    from regal.units import format_change, format_duration_us
-    limits = problem.devices.limits
-    one = next((ref for ref in references if ref.method == "one-device"), None)
-    objective = problem.objective.replace("_", " ")
-    lines = [f"method {solution.method}, seed {solution.seed}: {solution.evaluations:,} "
-             f"evaluations in {solution.wall_time:.1f} s, objective {objective}"]
-
-    def against_one(value: float, reference: float, human) -> str:
-        change = format_change(value, reference)
-        return f" ({change + ' ' if change else ''}vs one device {human(reference)})"
-
-    highest = max(solution.peak, default=0)
-    peak_lines = [f"peak memory {_bytes(highest)}"
-                  + ("" if one is None else against_one(highest, max(one.peak), _bytes))]
-    for k, device_peak in enumerate(solution.peak):
-        limit = ""
-        if limits is not None:
-            limit = f" / limit {_bytes(limits[k])}"
-            if device_peak > limits[k]:
-                limit += f", OVER by {_bytes(int(device_peak) - int(limits[k]))}"
-        ops = int((solution.placement == k).sum())
-        peak_lines.append(f"  device {k}: peak {_bytes(device_peak)}{limit} ({ops:,} ops)")
-    step_lines = [f"step time {format_duration_us(solution.makespan)}"
-                  + ("" if one is None else against_one(solution.makespan, one.makespan,
-                                                        format_duration_us))]
-    # the objective's figure first
-    lines += peak_lines + step_lines if problem.objective == "peak_memory" else \
-        step_lines + peak_lines
-    if one is not None and not one.feasible:
-        lines.append(f"one device: the whole graph needs {_bytes(max(one.peak))}, over the "
-                     f"largest device's {_bytes(limits.max())} limit (its step time assumes "
-                     "the memory were there)")
-    if solution.feasible:
-        lines.append("feasible: yes" if limits is not None else
-                     "feasible: yes (no memory limits)")
-    else:
-        least = smallest_overflow([solution, *references])
-        lines.append(f"feasible: NO - {_over_limits(problem, solution)} "
-                     f"({_bytes(solution.overflow)} over the limits, summed over devices)")
-        lines.append(f"smallest overflow found: {_bytes(least.overflow)} ({least.method})")
-    human = _bytes if problem.objective == "peak_memory" else format_duration_us
-    for ref in references:
-        if ref.method == "one-device":
-            continue  # beside every figure above
-        figure, mine = _figure(problem.objective, ref), _figure(problem.objective, solution)
-        if ref.feasible and solution.feasible or problem.objective == "peak_memory":
-            gain = f"{(figure - mine) / figure * 100:+.2f}%" if figure else "+0.00%"
-        else:  # a step time over a limit is no step time to compare with
-            gain = "n/a"
-        note = "" if ref.feasible else f", does not fit: {_over_limits(problem, ref)}"
-        lines.append(f"improvement over {ref.method} ({human(figure)}{note}): {gain}")
-    return lines
-
-
-def smallest_overflow(candidates: list[Solution]) -> Solution:
-    """The candidate that overflows the memory limits least (ties: the lower objective; the
-    one-device yardstick, which runs on other devices than the problem's, is left out)."""
-    candidates = [s for s in candidates if s.method != "one-device"]
-    return min(candidates, key=lambda s: (s.overflow, s.value))

@@ -1,0 +1,97 @@
+"""What `regal optimize` prints about its answer: the figures a person reads (peaks against
+limits, step time, both against one device), whether it fits, and its gain over the
+yardsticks (`regal.optimizers.reference_solutions`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from regal.problem import Problem, Solution
+
+__all__ = ["describe", "smallest_overflow"]
+
+
+def _bytes(value: float) -> str:
+    from regal.units import format_bytes
+    return format_bytes(value)
+
+
+def _figure(objective: str, solution: Solution) -> float:
+    """The objective's own figure (peak bytes or step µs), never a ranking penalty."""
+    return float(max(solution.peak, default=0)) if objective == "peak_memory" \
+        else float(solution.makespan)
+
+
+def _over_limits(problem: Problem, solution: Solution) -> str:
+    """'device 0 is 14.51 MiB over its 20 MiB limit' for the device furthest over its limit."""
+    limits = problem.devices.limits
+    k = int(np.argmax(np.asarray(solution.peak) - limits))
+    return (f"device {k} is {_bytes(int(solution.peak[k]) - int(limits[k]))} over its "
+            f"{_bytes(limits[k])} limit")
+
+
+def describe(problem: Problem, solution: Solution, references: list[Solution]) -> list[str]:
+    """Lines that `regal optimize` prints: the peak memory (per device, against its limit)
+    and the step time (makespan), each beside the whole graph on one device (`one_device`),
+    whether the answer fits and by how much it does not, and its gain over each reference.
+    Each figure is a peak or a time, never a ranking penalty, and a figure over a limit says
+    whose and which. Every figure in human units (KiB/MiB/GiB, us/ms/s)."""
+    from regal.units import format_change, format_duration_us
+    limits = problem.devices.limits
+    one = next((ref for ref in references if ref.method == "one-device"), None)
+    objective = problem.objective.replace("_", " ")
+    lines = [f"method {solution.method}, seed {solution.seed}: {solution.evaluations:,} "
+             f"evaluations in {solution.wall_time:.1f} s, objective {objective}"]
+
+    def against_one(value: float, reference: float, human) -> str:
+        change = format_change(value, reference)
+        return f" ({change + ' ' if change else ''}vs one device {human(reference)})"
+
+    highest = max(solution.peak, default=0)
+    peak_lines = [f"peak memory {_bytes(highest)}"
+                  + ("" if one is None else against_one(highest, max(one.peak), _bytes))]
+    for k, device_peak in enumerate(solution.peak):
+        limit = ""
+        if limits is not None:
+            limit = f" / limit {_bytes(limits[k])}"
+            if device_peak > limits[k]:
+                limit += f", OVER by {_bytes(int(device_peak) - int(limits[k]))}"
+        ops = int((solution.placement == k).sum())
+        peak_lines.append(f"  device {k}: peak {_bytes(device_peak)}{limit} ({ops:,} ops)")
+    step_lines = [f"step time {format_duration_us(solution.makespan)}"
+                  + ("" if one is None else against_one(solution.makespan, one.makespan,
+                                                        format_duration_us))]
+    # the objective's figure first
+    lines += peak_lines + step_lines if problem.objective == "peak_memory" else \
+        step_lines + peak_lines
+    if one is not None and not one.feasible:
+        lines.append(f"one device: the whole graph needs {_bytes(max(one.peak))}, over the "
+                     f"largest device's {_bytes(limits.max())} limit (its step time assumes "
+                     "the memory were there)")
+    if solution.feasible:
+        lines.append("feasible: yes" if limits is not None else
+                     "feasible: yes (no memory limits)")
+    else:
+        least = smallest_overflow([solution, *references])
+        lines.append(f"feasible: NO - {_over_limits(problem, solution)} "
+                     f"({_bytes(solution.overflow)} over the limits, summed over devices)")
+        lines.append(f"smallest overflow found: {_bytes(least.overflow)} ({least.method})")
+    human = _bytes if problem.objective == "peak_memory" else format_duration_us
+    for ref in references:
+        if ref.method == "one-device":
+            continue  # beside every figure above
+        figure, mine = _figure(problem.objective, ref), _figure(problem.objective, solution)
+        if ref.feasible and solution.feasible or problem.objective == "peak_memory":
+            gain = f"{(figure - mine) / figure * 100:+.2f}%" if figure else "+0.00%"
+        else:  # a step time over a limit is no step time to compare with
+            gain = "n/a"
+        note = "" if ref.feasible else f", does not fit: {_over_limits(problem, ref)}"
+        lines.append(f"improvement over {ref.method} ({human(figure)}{note}): {gain}")
+    return lines
+
+
+def smallest_overflow(candidates: list[Solution]) -> Solution:
+    """The candidate that overflows the memory limits least (ties: the lower objective; the
+    one-device yardstick, which runs on other devices than the problem's, is left out)."""
+    candidates = [s for s in candidates if s.method != "one-device"]
+    return min(candidates, key=lambda s: (s.overflow, s.value))
