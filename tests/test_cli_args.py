@@ -9,7 +9,8 @@ import types
 import pytest
 
 from regal import optimizers
-from regal.cli import MAX_DEVICES, main, parse_size
+from regal.arguments import MAX_DEVICES, parse_size
+from regal.cli import main
 from conftest import one_synthetic_graph, refused
 
 

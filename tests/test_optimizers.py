@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from regal import optimizers as opt
-from regal.cli import main, parse_size
+from regal.arguments import parse_size
+from regal.cli import main
 from regal.decode import decode
 from regal.graph import GraphBuilder
 from regal.sim import DeviceSpec, simulate, trace
