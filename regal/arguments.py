@@ -13,13 +13,14 @@ import os
 from regal import version
 from regal.harness import MAX_BYTES, MAX_DEVICES  # a light module (no numpy)
 
-DEFAULT_BUDGET = 5000  # `regal optimize` evaluations when neither --budget nor --time-limit
+# the defaults of `regal optimize`: evaluations when neither --budget nor --time-limit, method
+DEFAULT_BUDGET = 5000
 # README, "Which method": it needs no policy and leads for the running time under memory
 # limits; regal and seeded-brkga lead (slightly) for peak memory
 DEFAULT_METHOD = "local-search"
 
-__all__ = ["DEFAULT_BUDGET", "DEFAULT_METHOD", "build_parser", "parse_size", "parse_sizes", "device_count",
-           "check_device_counts", "check_output", "parse_pins", "int_list", "checked_policy_dir",
+__all__ = ["DEFAULT_BUDGET", "DEFAULT_METHOD", "build_parser", "parse_size", "parse_sizes",
+           "device_count", "check_device_counts", "check_output", "parse_pins", "int_list", "checked_policy_dir",
            "non_negative_int", "positive_int", "positive_float", "non_negative_float"]
 
 

@@ -451,12 +451,21 @@ def cmd_bounds(args) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------
-# parser
-
-
 # what each command name of the parser (`regal.arguments.build_parser`) runs
-COMMANDS = {"data_info": cmd_data_info, "data_synth": cmd_data_synth, "data_real": cmd_data_real, "import": cmd_import, "optimize": cmd_optimize, "compare": cmd_compare, "report": cmd_report, "train": cmd_train, "best_known": cmd_best_known, "bounds": cmd_bounds, "apply": cmd_apply, "measure": cmd_measure}
+COMMANDS = {
+    "data_info": cmd_data_info,
+    "data_synth": cmd_data_synth,
+    "data_real": cmd_data_real,
+    "import": cmd_import,
+    "optimize": cmd_optimize,
+    "compare": cmd_compare,
+    "report": cmd_report,
+    "train": cmd_train,
+    "best_known": cmd_best_known,
+    "bounds": cmd_bounds,
+    "apply": cmd_apply,
+    "measure": cmd_measure,
+}
 
 
 class _Stdout:
