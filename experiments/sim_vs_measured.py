@@ -3,7 +3,7 @@
 Five small Keras models x {inference, training} x {BRKGA placement, one device}, each run on
 2 TensorFlow devices by `regal.measure.measure`. On a machine with GPUs the peaks come from
 each logical GPU's allocator; on CPU they are replayed from step statistics (see
-regal/measure.py). Writes experiments/results/sim_vs_measured_{cpu|gpu}.{md,csv}.
+regal/measure/). Writes experiments/results/sim_vs_measured_{cpu|gpu}.{md,csv}.
 
     .venv/bin/python experiments/sim_vs_measured.py [--budget 1000] [--devices 2]
 
