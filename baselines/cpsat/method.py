@@ -1,0 +1,171 @@
+"""The `cpsat` method (`solve`): the hint, the model, and the better of their answers by
+the simulator; what `Solution.extra` records.
+
+What `solve` does
+-----------------
+1. The hint: single device, m-topo, gp-dfs, m-etf (graphs up to `_METF_MAX_OPS` ops) and a
+   short BRKGA (at most `_HINT_BRKGA_MAX` evaluations, warm-started with the others), all
+   through the registry; the best by the simulator's value. Every evaluation they make is
+   counted in `evaluations`, as are the trace of the hint and the scoring of CP-SAT's
+   answer (never more than `budget`; with `budget` <= 2 there is no hint).
+2. The model (`model`), unless it is too large: above `_UNITS_PER_SECOND` x `time_limit`
+   units (`_model_units`: (tensors + consumer edges) x devices), or `_MAX_UNITS`, building it
+   alone would outlast the limit and its presolve the rest, so the hint is returned with
+   status "HINT" and `extra["model_skipped"]` says why; so does a wall-clock run whose
+   heuristics left less time than the build needs. On data/real with a 5 s limit the model
+   is built for 4 graphs at 2 devices and 2 at 4 (120-400 ops; experiments/cpsat_check.py).
+3. The hint enters the model complete: its simulated schedule, serialised by start time
+   (peak mode) or replayed with the model's durations (makespan mode), fixed in a copy of
+   the model that CP-SAT completes by propagation; that full assignment is the hint.
+4. CP-SAT's answer, turned into priorities (earlier start = higher priority; a producer's
+   transfer priority follows its earliest transfer), is re-scored; the better of it and the
+   hint is returned (ties: the hint).
+
+`Solution.extra`: `status` is "OPTIMAL" / "FEASIBLE" (CP-SAT's answer is returned; its model
+proved optimal or not), "HINT" (the hint is returned: CP-SAT found nothing better in the
+simulator's score, found nothing, or did not run) or "INFEASIBLE" (the model proves the
+memory limits cannot be met; the answer is the least-memory one). `solver_status` is
+CP-SAT's own; `model_objective` its incumbent's objective in the model (bytes or µs),
+`cpsat_value` that incumbent re-scored by the simulator, `hint_value`/`hint_method` the
+hint's, `heuristics` every heuristic's value; `bound` a proven lower bound on the
+simulator's objective, or None (`model`'s docstring); `stopped_by` "proof",
+"deterministic_time" or "wall_clock". The time limit: `run`'s docstring.
+
+One CP-SAT worker by default (`num_workers`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ortools.sat.python import cp_model
+
+from baselines.cpsat.bounds import _exact_durations, closed_form_bound
+from baselines.cpsat.hint import best_heuristic
+from baselines.cpsat.run import (_HEURISTIC_SHARE, _MIN_SOLVE, _UNITS_PER_SECOND, _deadline,
+                                 _largest_model, _model_fits, _model_units, _ModelRun,
+                                 _priorities, _run_model)
+from regal.optimizers import Problem, Solution, check_budget, score
+from regal.sim import DeviceSpec
+
+_STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
+           cp_model.INFEASIBLE: "INFEASIBLE", cp_model.MODEL_INVALID: "MODEL_INVALID",
+           cp_model.UNKNOWN: "UNKNOWN"}
+_RESERVED = 2            # evaluations kept back: tracing the hint, scoring CP-SAT's answer
+
+
+def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 10.0,
+          reproducible: bool = False, num_workers: int = 1, formulation: str = "auto",
+          progress=None) -> Solution:
+    """The better (simulator's score) of the best cheap heuristic and CP-SAT's answer hinted
+    with it, within about `time_limit` wall-clock seconds.
+
+    With `reproducible`, `time_limit` is CP-SAT deterministic time instead (a seed then
+    always gives the same answer; the wall clock only guards at 3 x the limit + 10 s).
+
+    `evaluations` counts every model evaluation: the heuristics', the hint's BRKGA, the
+    trace of the hint and the scoring of CP-SAT's answer (never more than `budget`).
+    `extra` records status (OPTIMAL / FEASIBLE: CP-SAT's answer; HINT: the hint's, CP-SAT
+    found nothing better or did not run; INFEASIBLE: the memory limits cannot be met), the
+    solver's own status, the model's objective and bound, the time limit and what stopped
+    the solver (this module's docstring).
+    """
+    from regal.sim import trace
+
+    check_budget(budget)
+    if not time_limit > 0:
+        raise ValueError(f"time_limit must be positive, got {time_limit}")
+    if formulation not in ("auto", "sequence", "cumulative"):
+        raise ValueError(f"formulation: expected auto, sequence or cumulative, got "
+                         f"{formulation!r}")
+    graph, devices = problem.graph, problem.devices
+    began = time.perf_counter()
+    deadline = _deadline(float(time_limit), reproducible)
+    fits = _model_fits(problem, time_limit)
+    # without a model to solve, the hint's BRKGA may use most of the time
+    share = _HEURISTIC_SHARE if fits else 0.8
+    hint, used, heuristics = best_heuristic(
+        problem, budget - _RESERVED if budget > _RESERVED else 0, seed,
+        None if reproducible else share * time_limit)
+    heuristics_seconds = time.perf_counter() - began
+    extra = {"time_limit": float(time_limit), "reproducible": bool(reproducible),
+             "num_workers": int(num_workers), "heuristics_seconds": heuristics_seconds,
+             "heuristics": heuristics, "hint_method": None if hint is None else hint.method,
+             "hint_value": None if hint is None else float(hint.value),
+             "solver_status": None, "model_objective": None, "model_objective_name": None,
+             "cpsat_value": None, "bound": None, "stopped_by": None, "model_skipped": None}
+    if problem.objective == "peak_memory":
+        extra["bound"] = float(closed_form_bound(problem))
+    if not fits:
+        extra["model_skipped"] = (f"model size {_model_units(problem)} > "
+                                  f"{_largest_model(time_limit)}")
+    elif not reproducible and (deadline - time.perf_counter()) * _UNITS_PER_SECOND < \
+            _model_units(problem):
+        extra["model_skipped"] = "the heuristics left too little time to build the model"
+    hint_trace = None
+    if hint is not None and extra["model_skipped"] is None:
+        hint_trace = trace(graph, devices, hint.placement, hint.priority,
+                           hint.transfer_priority)
+        used += 1
+
+    run, answer, infeasible = None, None, False
+    if extra["model_skipped"] is None:
+        run = _run_model(problem, formulation, hint, hint_trace, time_limit, deadline, seed,
+                         num_workers, reproducible)
+        infeasible = run.status == cp_model.INFEASIBLE
+        extra["model_objective_name"] = problem.objective
+        if infeasible:
+            # the limits cannot be met: the least-memory answer is the next best thing
+            extra["infeasible_status"] = _STATUS[run.status]
+            extra["model_objective_name"] = "peak_memory"
+            fallback = Problem(graph, DeviceSpec(devices.count, None, devices.bandwidth,
+                                                 devices.latency), "peak_memory")
+            run = _run_model(fallback, formulation, hint, hint_trace, time_limit,
+                             max(deadline, time.perf_counter() + _MIN_SOLVE * time_limit),
+                             seed, num_workers, reproducible)
+        extra["solver_status"] = _STATUS.get(run.status, str(run.status))
+        extra["stopped_by"] = run.stopped_by
+        extra["formulation"] = run.handles.formulation
+        _record_model(extra, problem, run)
+        if run.status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and used < budget:
+            fields = score(problem, *_priorities(run.solver, run.handles, graph,
+                                                 devices.count))
+            used += 1
+            extra["cpsat_value"] = fields["value"]
+            if hint is None or fields["value"] < hint.value:
+                answer = fields
+    if answer is not None:
+        status = "OPTIMAL" if run.status == cp_model.OPTIMAL else "FEASIBLE"
+    else:
+        status = "HINT"
+        if hint is None:  # a tiny budget and no CP-SAT answer: the single-device answer
+            from regal.optimizers import single_device
+            hint = single_device(problem)
+            used += 1
+            extra["hint_method"], extra["hint_value"] = "single-device", float(hint.value)
+        answer = score(problem, hint.placement, hint.priority, hint.transfer_priority)
+    extra["status"] = "INFEASIBLE" if infeasible else status
+    extra["solver_wall_time"] = time.perf_counter() - began
+    if progress is not None:
+        progress(used, float(answer["value"]))
+    return Solution(**answer, evaluations=used, method="cpsat", seed=seed, extra=extra)
+
+
+def _record_model(extra: dict, problem: Problem, run: _ModelRun) -> None:
+    """The model's objective and bound in bytes or µs; `bound` only where it is a proven
+    lower bound on the simulator's objective (`model`'s docstring)."""
+    handles, solver = run.handles, run.solver
+    peak_model = handles.objective == "peak_memory"
+    scale = handles.memory_unit if peak_model else handles.tick
+    if run.hint_objective is not None:
+        extra["hint_model_objective"] = run.hint_objective * scale
+    if run.status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        extra["model_objective"] = float(solver.objective_value) * scale
+    if run.status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+        model_bound = float(solver.best_objective_bound) * scale
+        extra["model_bound"] = model_bound
+        if peak_model:
+            key = "bound" if problem.objective == "peak_memory" else "peak_bound"
+            extra[key] = max(extra.get(key) or 0.0, model_bound)
+        elif _exact_durations(problem):
+            extra["bound"] = model_bound
