@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from regal import optimizers as opt
 from regal import plots
 from regal.plots import MAX_GROUPS, group_ops, op_levels, peak_instants
+from regal.plots import bars, figure, solution
 from regal.sim import DeviceSpec, simulate, trace
 from regal.synth import generate
 
@@ -92,7 +93,7 @@ def test_group_ops_properties(names, cap, seed):
     means = [np.average(key[groups.of_op == g], weights=w[groups.of_op == g])
              for g in range(groups.count)]
     assert np.all(np.diff(means) >= -1e-9)
-    assert all(len(label) <= plots._LABEL_CHARS for label in groups.labels)
+    assert all(len(label) <= figure._LABEL_CHARS for label in groups.labels)
     scope = np.array(["/".join(name.split("/")[:-1]) for name in names])
     for g in range(groups.count):
         scopes = set(scope[groups.of_op == g])
@@ -154,14 +155,16 @@ def test_peak_instants_are_the_simulated_peaks(family, ops, d, seed):
 
 @pytest.fixture
 def drawn_figures(monkeypatch):
-    """The matplotlib figures plot_trace saves, captured before they are closed."""
+    """The matplotlib figures plot_trace and plot_method_bars save, captured before they are
+    closed."""
     captured = []
-    save = plots._save
+    save = figure._save
 
     def keep(fig, path):
         captured.append(fig)
         save(fig, path)
-    monkeypatch.setattr(plots, "_save", keep)
+    for module in (solution, bars):
+        monkeypatch.setattr(module, "_save", keep)
     return captured
 
 
@@ -169,7 +172,7 @@ def _marks_on_figure(fig, peaks_bytes, makespan):
     """(time, bytes) of the peak markers drawn on the memory axes, in µs and bytes."""
     from regal.units import duration_unit
     ax = fig.axes[0]
-    unit, scale = plots._unit(float(max(peaks_bytes)))
+    unit, scale = figure._unit(float(max(peaks_bytes)))
     assert ax.get_ylabel() == f"live memory ({unit})"
     _, t_scale = duration_unit(makespan)
     marks = [line for line in ax.get_lines() if line.get_marker() == "v"]
