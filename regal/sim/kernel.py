@@ -4,6 +4,9 @@
 O((n + e + transfers) log n + n d) time using per-thread work arrays that are allocated once
 (`_alloc_work`) and reset in place, so evaluating a population allocates nothing per
 individual. Everything is `cache=True`, so a second process loads machine code from disk.
+One algorithm in one module (about 740 lines): the scheduler's state arrays, events and
+decoder are used together by every compiled entry point, and keeping them beside each other
+is what lets the agreement tests against tests/sim_reference.py point at one place.
 `evaluate_batch_grouped` is `evaluate_batch` for graphs with colocation groups or pins
 (SIM_RULES 13: a group's device is its pin or comes from its leader's keys), a separate entry
 point so that the unconstrained path stays exactly as it was.
