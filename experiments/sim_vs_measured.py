@@ -9,7 +9,7 @@ regal/measure/). Writes experiments/results/sim_vs_measured_{cpu|gpu}.{md,csv}.
 
 Columns: `simulated` is the performance model on the static import (what every optimizer
 sees: in-place forwarding as aliases and conv-gradient kernel scratch, see
-regal/io/tensorflow.py); `sim (before)` is the same placement on the import without those
+regal/io/tensorflow/); `sim (before)` is the same placement on the import without those
 two corrections (forwarding=False, kernel_scratch=False); `sim (run times)` replaces each
 op's cost by its measured time (isolates timing); `sim w/o scratch` vs `measured w/o
 scratch` compares tensor bytes alone (kernel scratch left out of both).
@@ -152,7 +152,7 @@ NOTES = """
 ## Why they differ (CPU)
 
 Two systematic differences were found in the first version of this table and are now
-corrected in the importer (`regal/io/tensorflow.py`, on by default; `sim (before)` shows
+corrected in the importer (`regal/io/tensorflow/`, on by default; `sim (before)` shows
 the same placements without them):
 
 * **Kernel scratch memory (training graphs with convolutions, were +125..+492%).**

@@ -178,7 +178,7 @@ Each model is imported as an inference step (`infer`) and a training step (`trai
 forward, mean-square loss on the outputs, gradients, Adam update and batch-norm
 moving-average updates) at batch sizes 1 and 32 (`_b1`, `_b32`).
 
-How the numbers are made (see `regal/io/tensorflow.py`): tensor bytes are static shape x
+How the numbers are made (see `regal/io/tensorflow/`): tensor bytes are static shape x
 dtype size; a variable's bytes are the persistent memory of the first op that reads it
 (each variable once; Adam's slots belong to the update op); compute cost is a roofline
 estimate (10 TFLOP/s, 500 GB/s, 1 µs per launch). Element-wise ops that TensorFlow runs
