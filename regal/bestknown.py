@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import datetime
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,8 +44,10 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-__all__ = ["STORE_FORMAT", "Entry", "Store", "entry_key", "load_store", "improve",
-           "build_store", "BuildSummary", "dense_ranks"]
+from regal.workers import Workers
+
+__all__ = ["STORE_FORMAT", "Entry", "Store", "entry_key", "record_store_key", "load_store",
+           "read_stores", "improve", "build_store", "BuildSummary", "dense_ranks"]
 
 STORE_FORMAT = "regal-bestknown/1"
 _CHUNK_SECONDS = 120.0  # longest portfolio run between two writes (what a kill can lose)
@@ -71,6 +72,13 @@ def entry_key(fingerprint: str, devices: int, memory_limit, objective: str) -> t
     return (str(fingerprint), int(devices), limit, str(objective))
 
 
+def record_store_key(record: dict) -> tuple:
+    """The store key of a line that names fingerprint, devices, memory_limit and objective: a
+    harness record, or a store's own solution or effort line."""
+    return entry_key(record["fingerprint"], record["devices"], record.get("memory_limit"),
+                     record["objective"])
+
+
 def dense_ranks(values) -> np.ndarray:
     """Order-preserving integer ranks (equal values share a rank): a priority vector's
     schedule survives, at a fraction of the JSON size of its floats."""
@@ -89,9 +97,9 @@ class Entry:
     memory_limit: list | None  # per-device bytes, or None
     objective: str
     value: float
-    peak: list                 # [d] bytes
-    makespan: float            # µs
-    feasible: bool
+    peak: list | None          # [d] bytes (None: a line that did not say; also below)
+    makespan: float | None     # µs
+    feasible: bool | None
     placement: list            # [n] device
     priority: list             # [n] dense rank, higher runs first
     transfer_priority: list    # [n] dense rank
@@ -146,6 +154,11 @@ class Entry:
 
 
 _ENTRY_FIELDS = tuple(f for f in Entry.__dataclass_fields__)
+# what a solution line written by hand or by other code may leave out (None: not known); it
+# needs its key's fields, value, placement, priority and transfer_priority
+_LINE_DEFAULTS = dict(graph="", memory_limit=None, objective="peak_memory", peak=None,
+                      makespan=None, feasible=None, found_by="", evaluations=0, seconds=0.0,
+                      version="")
 
 
 def _entry_from_record(record) -> Entry | None:
@@ -153,14 +166,19 @@ def _entry_from_record(record) -> Entry | None:
     if not isinstance(record, dict) or record.get("kind", "solution") != "solution":
         return None
     try:
-        entry = Entry(**{k: record[k] for k in _ENTRY_FIELDS if k in record})
-        n, d = int(entry.ops), int(entry.devices)
+        fields = {**_LINE_DEFAULTS, **{k: record[k] for k in _ENTRY_FIELDS if k in record}}
+        devices = fields["devices"]  # older lines: a device spec {"count": d, ...}
+        fields["devices"] = int(devices["count"] if isinstance(devices, dict) else devices)
+        fields.setdefault("ops", len(fields["placement"]))
+        entry = Entry(**fields)
+        n, d = int(entry.ops), entry.devices
         if (len(entry.placement) != n or len(entry.priority) != n
-                or len(entry.transfer_priority) != n or len(entry.peak) != d
+                or len(entry.transfer_priority) != n
+                or (entry.peak is not None and len(entry.peak) != d)
                 or not math.isfinite(float(entry.value))):
             return None
         return entry
-    except (TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
@@ -178,8 +196,7 @@ def load_store(path) -> tuple[dict, dict]:
     for record in read_records(path):
         if isinstance(record, dict) and record.get("kind") == "effort":
             try:
-                key = entry_key(record["fingerprint"], record["devices"],
-                                record.get("memory_limit"), record["objective"])
+                key = record_store_key(record)
                 effort[key] = effort.get(key, 0.0) + float(record["seconds"])
             except (KeyError, TypeError, ValueError):
                 pass
@@ -191,6 +208,19 @@ def load_store(path) -> tuple[dict, dict]:
         if old is None or entry.value < old.value:
             best[entry.key()] = entry
     return best, effort
+
+
+def read_stores(paths: Iterable) -> dict:
+    """The best entry per key over several store files (`load_store`); ValueError naming one
+    that does not exist."""
+    best: dict[tuple, Entry] = {}
+    for path in paths:
+        if not Path(path).is_file():
+            raise ValueError(f"best-known store {path}: no such file")
+        for key, entry in load_store(path)[0].items():
+            if key not in best or entry.value < best[key].value:
+                best[key] = entry
+    return best
 
 
 class Store:
@@ -428,13 +458,10 @@ def _problem(job: _Job, graph):
     return Problem(graph, DeviceSpec(job.devices, memory_limit=limit), job.objective)
 
 
-def _run_job(job: _Job, entry: Entry | None, threads: int | None = None) -> dict:
+def _run_job(job: _Job, entry: Entry | None) -> dict:
     """One chunk of portfolio time on one (graph, devices); runs in a worker."""
     from regal.io import load_graph
-    from regal.workers import set_numba_threads
 
-    if threads:
-        set_numba_threads(threads)
     graph = load_graph(job.path)
     problem = _problem(job, graph)
     incumbent = None if entry is None else entry.solution(problem)
@@ -448,12 +475,6 @@ def _run_job(job: _Job, entry: Entry | None, threads: int | None = None) -> dict
                                   seconds=result["found_at"])
     return {"entry": new, "seconds": result["seconds"], "log": result["log"],
             "value": result["solution"].value}
-
-
-def _init_pool_worker(threads: int) -> None:
-    from regal.workers import exit_with_parent, set_numba_threads
-    exit_with_parent()
-    set_numba_threads(threads)
 
 
 @dataclass
@@ -483,12 +504,6 @@ def _graph_files(paths: Iterable) -> list[Path]:
         else:
             raise ValueError(f"graphs: {path} does not exist")
     return files
-
-
-def record_store_key(record: dict) -> tuple:
-    """The store key of a harness record."""
-    return entry_key(record["fingerprint"], record["devices"], record.get("memory_limit"),
-                     record["objective"])
 
 
 def beaten_keys(records: Iterable[dict], store: "Store") -> set:
@@ -593,15 +608,9 @@ def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
             on_chunk({"graph": item[2], "devices": item[3], **result})
 
     try:
-        if workers == 1 or (workers is None and not ray and len(pending) <= 1):
-            for item in pending:
-                while item[5] >= 1.0:
-                    job = next_job(item)
-                    finish(item, _run_job(job, store.get(item[0])))
-        elif ray:
-            _run_ray(pending, next_job, finish, store, workers)
-        else:
-            _run_pool(pending, next_job, finish, store, workers)
+        ray = ray and workers != 1  # one worker: in this process
+        with Workers(workers, jobs=None if ray else len(pending), ray=ray) as pool:
+            _schedule(pending, next_job, finish, store, pool)
     finally:
         if bar is not None:
             bar.close()
@@ -614,66 +623,20 @@ def build_store(graphs: Iterable, store_path, *, devices: Iterable[int] = (2,),
     return summary
 
 
-def _schedule(pending, next_job, finish, store, slots: int, submit_job, wait_one) -> None:
-    """Keeps `slots` chunks running, one per key at a time (a key's next chunk starts from
-    the best its previous chunk stored); `submit_job(job, entry)` returns a handle and
-    `wait_one(handles)` the (handle, result) of one finished chunk."""
-    running = {}
+def _schedule(pending, next_job, finish, store, workers) -> None:
+    """Keeps a chunk running per worker, one per key at a time (a key's next chunk starts
+    from the best its previous chunk stored); in this process, a key's chunks one by one."""
+    busy = set()  # id() of the items with a chunk running
 
-    def submit() -> bool:
-        busy = {id(item) for item in running.values()}
+    def start():
         for item in pending:
             if item[5] >= 1.0 and id(item) not in busy:
-                running[submit_job(next_job(item), store.get(item[0]))] = item
-                return True
-        return False
+                busy.add(id(item))
+                return item, _run_job, next_job(item), store.get(item[0])
+        return None
 
-    while len(running) < slots and submit():
-        pass
-    while running:
-        handle, result = wait_one(running)
-        finish(running.pop(handle), result)
-        while len(running) < slots and submit():
-            pass
+    def done(item, get) -> None:
+        busy.discard(id(item))
+        finish(item, get())
 
-
-def _run_pool(pending, next_job, finish, store, workers) -> None:
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    workers = max(1, min(workers or os.cpu_count() or 1, len(pending)))
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_pool_worker, initargs=(threads,))
-
-    def wait_one(running):
-        done, _ = wait(running, return_when=FIRST_COMPLETED)
-        future = next(iter(done))
-        return future, future.result()
-
-    try:
-        _schedule(pending, next_job, finish, store, workers,
-                  lambda job, entry: pool.submit(_run_job, job, entry), wait_one)
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _run_ray(pending, next_job, finish, store, workers) -> None:
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False,
-                 log_to_driver=False)
-    remote = ray.remote(num_cpus=1, max_retries=0)(_run_job)
-
-    def wait_one(running):
-        done, _ = ray.wait(list(running), num_returns=1)
-        return done[0], ray.get(done[0])
-
-    try:
-        _schedule(pending, next_job, finish, store, workers or os.cpu_count() or 1,
-                  lambda job, entry: remote.remote(job, entry, 1), wait_one)
-    finally:
-        if started:
-            ray.shutdown()
+    workers.run(start, done)

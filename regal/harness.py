@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 
 from regal import version
 from regal.files import JsonLinesWriter, Lock
-from regal.workers import exit_with_parent, set_numba_threads
+from regal.workers import WorkerDied, Workers
 
 __all__ = ["GRAPH_SUFFIXES", "RECORDS_FILE", "KEY_FIELDS", "Task", "GraphEntry", "RunSummary",
            "find_graphs", "check_grid", "make_tasks", "record_key", "run_task", "read_records",
@@ -42,11 +42,6 @@ MAX_DEVICES = 256
 MAX_BYTES = 2**62
 MAX_SEEDS = 100_000  # seeds per grid point: the grid is built in memory before it runs
 _OBJECTIVES = ("peak_memory", "makespan")  # regal.optimizers.OBJECTIVES, without importing it
-
-
-class WorkerDied(RuntimeError):
-    """A pool worker process died (killed, out of memory) before reporting its run; the
-    records written so far are kept and a rerun resumes. The CLI prints it as one line."""
 
 
 # ---------------------------------------------------------------------------
@@ -83,7 +78,8 @@ class Task:
     revision: str = ""    # the method's code revision (`regal.optimizers.REVISIONS`)
 
     def key(self) -> tuple:
-        return tuple(getattr(self, name) for name in KEY_FIELDS)
+        """Its record's key (`record_key`)."""
+        return record_key(vars(self))
 
 
 def _dataset_dirs(graphs) -> dict[str, Path]:
@@ -331,17 +327,6 @@ def kept_extra(extra: dict) -> dict:
     return kept
 
 
-def _init_worker(threads: int) -> None:
-    """A local pool worker: its share of the cores, and an exit when the experiment dies."""
-    exit_with_parent()
-    set_numba_threads(threads)
-
-
-def _run_in_worker(task: Task, graph, method, threads: int) -> dict:
-    set_numba_threads(threads)
-    return run_task(task, graph, method)
-
-
 def _portable_entries(methods) -> dict:
     """Registry entries that can travel to worker processes (pickle by reference)."""
     import pickle
@@ -561,89 +546,33 @@ class _RecordWriter(JsonLinesWriter):
 # executors
 
 
-def _run_inline(tasks, graphs, write) -> None:
-    for task in tasks:
-        write(run_task(task, graphs[task.fingerprint]))
+def _run_tasks(tasks, graphs, write, workers: Workers, entries: dict) -> None:
+    """Runs `tasks` on `workers` and writes each record as its run ends; a local pool keeps
+    two runs per process queued (busy without queueing every graph's arrays), Ray gets all.
+    Each graph travels once to Ray (`Workers.put`)."""
+    graphs = {fp: workers.put(graph) for fp, graph in graphs.items()}
+    queue = iter(tasks)
 
+    def start():
+        task = next(queue, None)
+        return None if task is None else (task, run_task, task, graphs[task.fingerprint],
+                                          entries.get(task.method))
 
-def _run_pool(tasks, graphs, write, workers: int, entries: dict) -> None:
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-    from concurrent.futures.process import BrokenProcessPool
+    def finish(task, get) -> None:
+        try:
+            record = get()
+        except WorkerDied as died:
+            raise WorkerDied(
+                f"a worker process died (killed, or out of memory) with "
+                f"{len(died.in_flight)} run{'s' * (len(died.in_flight) != 1)} in flight, e.g. "
+                f"{task.method} on {task.graph} seed {task.seed} ({task.devices} "
+                f"devices, budget {task.budget}); the records written so far are "
+                f"kept: rerun the same command to resume") from None
+        except Exception as exc:  # the result did not travel back (pickling; Ray: a dead worker)
+            record = run_task_failed(task, exc)
+        write(record)
 
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    context = multiprocessing.get_context("spawn")  # numba's threads and fork do not mix
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
-                               initargs=(threads,))
-    try:
-        pending = {}
-        queue = iter(tasks)
-        window = 2 * workers  # keep the pool busy without queueing every graph's arrays
-
-        def submit_next() -> bool:
-            task = next(queue, None)
-            if task is None:
-                return False
-            pending[pool.submit(run_task, task, graphs[task.fingerprint],
-                                entries.get(task.method))] = task
-            return True
-
-        for _ in range(window):
-            if not submit_next():
-                break
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                task = pending.pop(future)
-                try:
-                    record = future.result()
-                except BrokenProcessPool:  # the worker itself died (killed, out of memory)
-                    in_flight = [task] + [t for f, t in pending.items() if f is not future]
-                    raise WorkerDied(
-                        f"a worker process died (killed, or out of memory) with "
-                        f"{len(in_flight)} run{'s' * (len(in_flight) != 1)} in flight, e.g. "
-                        f"{task.method} on {task.graph} seed {task.seed} ({task.devices} "
-                        f"devices, budget {task.budget}); the records written so far are "
-                        f"kept: rerun the same command to resume") from None
-                except Exception as exc:  # the result did not travel back (e.g. pickling)
-                    record = run_task_failed(task, exc)
-                write(record)
-                submit_next()
-    except BaseException:  # Ctrl-C or a dead worker: do not wait for the queued runs
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-
-
-def _run_ray(tasks, graphs, write, workers: int | None, address: str | None,
-             entries: dict) -> None:
-    import ray
-
-    started = False
-    if not ray.is_initialized():
-        kwargs = dict(include_dashboard=False, log_to_driver=False)
-        if address:
-            ray.init(address=address, **kwargs)
-        else:
-            ray.init(num_cpus=workers or os.cpu_count(), **kwargs)
-        started = True
-    try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(_run_in_worker)
-        refs = {fp: ray.put(graph) for fp, graph in graphs.items()}
-        pending = {remote.remote(task, refs[task.fingerprint], entries.get(task.method), 1): task
-                   for task in tasks}
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                task = pending.pop(ref)
-                try:
-                    record = ray.get(ref)
-                except Exception as exc:  # the worker died; the task did not raise
-                    record = run_task_failed(task, exc)
-                write(record)
-    finally:
-        if started:
-            ray.shutdown()
+    workers.run(start, finish, window=len(tasks) if workers.ray else 2 * workers.count)
 
 
 def run_task_failed(task: Task, exc: BaseException) -> dict:
@@ -726,16 +655,9 @@ def run_experiment(methods: Sequence[str], graphs, out, *, seeds=3, budgets=5000
             bar.set_postfix(failed=summary.failed, refresh=False)
 
         try:
-            if not todo:
-                pass
-            elif ray or ray_address:
-                _run_ray(todo, graphs_by_fp, write, workers, ray_address,
-                         _portable_entries(methods))
-            elif workers == 1 or len(todo) == 1:
-                _run_inline(todo, graphs_by_fp, write)
-            else:
-                _run_pool(todo, graphs_by_fp, write, min(workers, len(todo)),
-                          _portable_entries(methods))
+            if todo:
+                with Workers(workers, jobs=len(todo), ray=ray, address=ray_address) as pool:
+                    _run_tasks(todo, graphs_by_fp, write, pool, _portable_entries(methods))
         finally:
             bar.close()
     finally:

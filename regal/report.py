@@ -398,18 +398,12 @@ SHIPPED_STORES = Path(__file__).resolve().parent.parent / "data" / "bestknown"
 
 def best_known_values(stores=None) -> dict:
     """Store key -> best value over the given store files (default: the shipped stores)."""
-    from regal.bestknown import load_store
+    from regal.bestknown import read_stores
 
     if stores is None:
         stores = sorted(SHIPPED_STORES.glob("*.jsonl")) if SHIPPED_STORES.is_dir() else []
-    values: dict = {}
-    for path in stores:
-        if not Path(path).is_file():
-            raise ValueError(f"best-known store {path}: no such file")
-        for key, entry in load_store(path)[0].items():
-            if math.isfinite(entry.value) and entry.value >= 0:  # a size or a time
-                values[key] = min(values.get(key, math.inf), entry.value)
-    return values
+    return {key: entry.value for key, entry in read_stores(stores).items()
+            if entry.value >= 0}  # a size or a time
 
 
 def lower_bounds(records: list[dict]) -> dict:

@@ -62,10 +62,10 @@ from regal.files import JsonLinesWriter, Lock, write_bytes, write_json  # noqa: 
 from regal.graph import ComputationGraph  # noqa: E402
 from regal.policy.menus import PRIOR_LOGIT  # noqa: E402
 from regal.regal_method import UNIFORM_MUTANT_FRACTION  # noqa: E402
-from regal.workers import exit_with_parent, set_numba_threads  # noqa: E402
+from regal.workers import Workers  # noqa: E402
 
 __all__ = ["TrainConfig", "RolloutTask", "run_rollout", "GraphSource", "graph_source",
-           "make_actors", "InlineActors", "PoolActors", "RayActors", "BaselineCache",
+           "make_actors", "BaselineCache",
            "Episode", "Learner", "advantages", "train", "load_checkpoint_policy",
            "validation_rewards", "BestKnown", "read_best_known", "supervised_targets",
            "stored_config"]
@@ -266,67 +266,11 @@ def run_rollout(task: RolloutTask) -> float:
     return float(solution.value)
 
 
-def _worker_init(threads: int) -> None:
-    """Pool workers ignore Ctrl-C (the loop handles it), share the cores for numba, and
-    exit when the training process dies (a SIGKILL leaves no orphan rollouts)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    exit_with_parent()
-    set_numba_threads(threads)
-
-
-class InlineActors:
-    """Runs rollouts in this process (tests, debugging)."""
-
-    def map(self, tasks: list) -> list[float]:
-        return [run_rollout(t) for t in tasks]
-
-    def close(self) -> None:
-        pass
-
-
-class PoolActors:
-    """A spawn-based process pool (numba threads and fork do not mix)."""
-
-    def __init__(self, workers: int) -> None:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_worker_init, initargs=(threads,))
-
-    def map(self, tasks: list) -> list[float]:
-        return list(self.pool.map(run_rollout, tasks))
-
-    def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
-
-
-class RayActors:
-    """Rollouts as Ray tasks (a local Ray unless one is already initialised)."""
-
-    def __init__(self, workers: int | None = None) -> None:
-        import ray
-
-        self.ray = ray
-        self.started = not ray.is_initialized()
-        if self.started:
-            ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False,
-                     log_to_driver=False)
-        self.remote = ray.remote(num_cpus=1)(run_rollout)
-
-    def map(self, tasks: list) -> list[float]:
-        return [float(v) for v in self.ray.get([self.remote.remote(t) for t in tasks])]
-
-    def close(self) -> None:
-        if self.started:
-            self.ray.shutdown()
-
-
-def make_actors(workers: int = 2, use_ray: bool = False):
-    if use_ray:
-        return RayActors(workers)
-    return InlineActors() if workers <= 1 else PoolActors(workers)
+def make_actors(workers: int = 2, use_ray: bool = False) -> Workers:
+    """The rollout workers (`actors.map(run_rollout, tasks)`): a process pool whose workers
+    leave Ctrl-C to the loop (which checkpoints), Ray (a task whose worker died runs again, as
+    Ray's default of 3 retries has it), or this process for one worker."""
+    return Workers(workers, ray=use_ray, ignore_interrupts=True, retries=3)
 
 
 class BaselineCache:
@@ -359,7 +303,7 @@ def rollout_rewards(actors, cache: BaselineCache, jobs: list[tuple]) -> list[flo
         if key not in cache.values and key not in missing:
             missing[key] = RolloutTask(g, d, b, s, o, p)
     tasks = [RolloutTask(g, d, b, s, o, p, params) for g, d, s, params, b, o, p in jobs]
-    values = actors.map(tasks + list(missing.values()))
+    values = actors.map(run_rollout, tasks + list(missing.values()))
     cache.values.update(zip(missing, values[len(tasks):]))
     rewards = []
     for key, value in zip(keys, values[:len(tasks)]):
@@ -507,7 +451,7 @@ def load_checkpoint_policy(run):
 
 @dataclass(frozen=True, eq=False)
 class BestKnown:
-    """One stored best-known solution (the fields `read_best_known` reads)."""
+    """One stored best-known solution as training reads it (`read_best_known`)."""
 
     fingerprint: str
     devices: int
@@ -518,46 +462,31 @@ class BestKnown:
     priority: np.ndarray           # [n] (ranks or keys: only the order matters)
     transfer_priority: np.ndarray  # [n]
 
+    @classmethod
+    def from_entry(cls, entry) -> "BestKnown":
+        """A `regal.bestknown.Entry` with numpy vectors."""
+        fingerprint, devices, limit, objective = entry.key()
+        return cls(fingerprint, devices, limit, objective, float(entry.value),
+                   np.asarray(entry.placement, np.int64),
+                   np.asarray(entry.priority, np.float64),
+                   np.asarray(entry.transfer_priority, np.float64))
+
 
 def read_best_known(path) -> list[BestKnown]:
-    """The best entry per (fingerprint, devices, memory limit, objective) of a JSON-lines
-    store, or of several given as one comma-separated string ("a.jsonl,b.jsonl"); lines of
-    another kind (e.g. effort records), torn or incomplete lines are skipped. ValueError
-    naming the file when one is missing or none holds a solution."""
-    paths = [Path(p) for p in str(path).split(",") if p] if isinstance(path, str) else [Path(path)]
-    lines = []
-    for one in paths:
-        try:
-            lines += one.read_text().splitlines()
-        except OSError as exc:
-            raise ValueError(f"pretrain_from: cannot read {one}: {exc.strerror}") from None
-    best: dict[tuple, BestKnown] = {}
-    for line in lines:
-        try:
-            record = json.loads(line)
-            if record.get("kind", "solution") != "solution":
-                continue
-            devices = record["devices"]
-            devices = int(devices["count"] if isinstance(devices, dict) else devices)
-            limit = record.get("memory_limit")
-            entry = BestKnown(
-                fingerprint=str(record["fingerprint"]), devices=devices,
-                memory_limit=None if limit is None else tuple(int(x) for x in limit),
-                objective=str(record.get("objective", "peak_memory")),
-                value=float(record["value"]),
-                placement=np.asarray(record["placement"], np.int64),
-                priority=np.asarray(record["priority"], np.float64),
-                transfer_priority=np.asarray(record["transfer_priority"], np.float64))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
-            continue
-        if not (len(entry.placement) == len(entry.priority) == len(entry.transfer_priority)):
-            continue
-        key = (entry.fingerprint, entry.devices, entry.memory_limit, entry.objective)
-        if key not in best or entry.value < best[key].value:
-            best[key] = entry
+    """The best entry per (fingerprint, devices, memory limit, objective) of a best-known
+    store, or of several given as one comma-separated string ("a.jsonl,b.jsonl")
+    (`regal.bestknown.read_stores`). ValueError naming the file when one is missing or none
+    holds a solution."""
+    from regal.bestknown import read_stores
+
+    paths = [p for p in str(path).split(",") if p] if isinstance(path, str) else [path]
+    try:
+        best = read_stores(paths)
+    except ValueError as exc:
+        raise ValueError(f"pretrain_from: {exc}") from None
     if not best:
         raise ValueError(f"pretrain_from: {path} holds no best-known solution")
-    return list(best.values())
+    return [BestKnown.from_entry(entry) for entry in best.values()]
 
 
 def supervised_targets(entries: list[BestKnown], source: GraphSource) -> list[tuple]:
@@ -732,7 +661,7 @@ def validation_rewards(policy, val: GraphSource, indices, devices=(2, 4), seeds:
                       polish_share=polish_share)
         for s in range(seeds):
             jobs.append((graph, d, 1000 + s, params, budget, objective, population_size))
-    rewards = rollout_rewards(actors or InlineActors(), cache or BaselineCache(), jobs)
+    rewards = rollout_rewards(actors or Workers(1), cache or BaselineCache(), jobs)
     return np.asarray(rewards).reshape(len(indices), seeds)
 
 
