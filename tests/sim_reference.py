@@ -4,6 +4,10 @@ Written for clarity, not speed, and structured unlike an event-heap simulator: t
 over the distinct instants at which something finishes, and at each instant every device and
 every channel is scanned for work. Every rule of SIM_RULES is marked `[Rn]` where it is applied.
 The compiled kernel in `regal.sim` must agree with this to the byte (tests/test_sim_agreement.py).
+
+A reference, not a test helper: it is the independent truth that tests judge `regal.sim` by,
+so it shares no code with `regal` beyond the graph it reads, and stays a module of its own
+(the helpers are in tests/helpers.py). Its own hand-computed cases: tests/test_sim_reference.py.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphgen import random_graph
+from helpers import random_graph
 from regal import optimizers
 from regal.cli import main
 

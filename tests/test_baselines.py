@@ -1,6 +1,6 @@
 """Baselines (issue 5, item 1): CP-SAT against brute force, and every method's contract.
 
-The CP-SAT model's semantics (baselines/cpsat.py docstring) differ from the simulator's list
+The CP-SAT model's semantics (baselines/cpsat/model.py docstring) differ from the simulator's list
 scheduler: start times are free. Its peak-memory optimum equals the best peak over
 placements x global activity orders (ops and transfers run one at a time), which
 `_model_optimum` computes here by exhaustive dynamic programming over the completed-activity
@@ -22,7 +22,7 @@ from regal.graph import GraphBuilder
 from regal.optimizers import Problem, score, solve
 from regal.sim import DeviceSpec, evaluate
 
-from graphgen import random_graph
+from helpers import random_graph
 
 MY_METHODS = ("cpsat", "gp-dfs", "local-search", "tuned-brkga", "m-topo", "m-etf")
 
@@ -291,14 +291,40 @@ def test_bad_budget_is_rejected(method):
         solve(method, CONTRACT[0], 0, 0)
 
 
-def test_tiny_graphs_and_one_device():
+def _independent(count: int):
+    """`count` ops without edges: 10 us each, 100 B persistent, 16 B temporary, one 8 B output
+    that nothing reads (so it is never freed)."""
     b = GraphBuilder()
-    b.add_op("only", 1.0)
-    lone = b.build()
-    for method in MY_METHODS:
-        for d in (1, 2, 3):
-            sol = solve(method, Problem(lone, DeviceSpec(d)), 5, 0, **_options(method))
-            assert sol.placement.shape == (1,) and 0 <= sol.placement[0] < d
+    for i in range(count):
+        b.add_output(b.add_op(f"op{i}", 10.0, temporary_memory=16, persistent_memory=100), 8)
+    return b.build()
+
+
+# (ops, devices) -> (least peak, least makespan), by hand. One op: 100 + 16 + 8 = 124 B
+# wherever it runs, for 10 us. Two ops on one device: both persistent and both outputs stay,
+# the temporaries come one at a time: 2 * 100 + 2 * 8 + 16 = 232 B, in 10 + 10 = 20 us; on two
+# or more devices one op each: 124 B and 10 us, nothing moves between them.
+_TINY_OPTIMA = {(1, 1): (124, 10.0), (1, 2): (124, 10.0), (1, 3): (124, 10.0),
+                (2, 1): (232, 20.0), (2, 2): (124, 10.0), (2, 3): (124, 10.0)}
+
+
+@pytest.mark.parametrize("method", MY_METHODS)
+def test_tiny_graphs_and_one_device(method):
+    """One op, and two independent ops, on 1-3 devices: every method finds the optimum of
+    each objective (worked out by hand above), and says what the simulator says."""
+    for (count, d), (peak, makespan) in _TINY_OPTIMA.items():
+        graph = _independent(count)
+        for objective, best in (("peak_memory", peak), ("makespan", makespan)):
+            problem = Problem(graph, DeviceSpec(d), objective)
+            sol = solve(method, problem, 5, 0, **_options(method))
+            assert sol.placement.shape == (count,) and 0 <= sol.placement.min()
+            assert sol.placement.max() < d
+            assert (sol.value, sol.makespan, int(sol.peak.max())) == (best, makespan, peak), \
+                (count, d, objective)
+            # the peak sits on the devices that run an op, nowhere else
+            assert sorted(sol.peak.tolist()) == sorted(
+                [0] * (d - len(set(sol.placement.tolist())))
+                + [peak] * len(set(sol.placement.tolist()))), (count, d, objective)
 
 
 # ---------------------------------------------------------------------------

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphgen import random_graph
+from helpers import random_graph
 from regal.io import save_graph
-from conftest import experiment
+from helpers import experiment
 
 
 def test_graph_rows_report_each_file_and_device_count(tmp_path, capsys):

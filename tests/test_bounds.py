@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from graphgen import random_case, random_graph
+from helpers import random_case, random_graph
 from regal import synth
 from regal.bounds import (Bound, format_bound, gap_to_bound, lower_bound, op_working_sets,
                           packing_bound)

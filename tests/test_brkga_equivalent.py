@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import brkga_and_local_search_run, experiment
+from helpers import brkga_and_local_search_run, experiment
 from regal import harness
 
 

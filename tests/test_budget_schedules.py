@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import experiment, one_synthetic_graph
+from helpers import experiment, one_synthetic_graph
 from regal import optimizers
 from regal.io import load_graph
 from regal.sim import DeviceSpec

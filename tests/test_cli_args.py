@@ -11,7 +11,7 @@ import pytest
 from regal import optimizers
 from regal.arguments import MAX_DEVICES, parse_size
 from regal.cli import main
-from conftest import one_synthetic_graph, refused
+from helpers import one_synthetic_graph, refused
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +47,19 @@ def test_parse_size_is_exact():
     assert parse_size("1.5 GiB") == 3 * 2**29
     assert parse_size("4611686018427387904") == 2**62
     assert parse_size("0") == 0
+
+
+@pytest.mark.parametrize("text, value", [
+    ("16GiB", 16 * 2**30), ("500MB", 500_000_000), ("123", 123), ("123 bytes", 123),
+    ("1.5 KiB", 1536), ("2gb", 2_000_000_000), ("7B", 7)])
+def test_parse_size(text, value):
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "12XB", "-5", "1.2.3MB"])
+def test_parse_size_errors(text):
+    with pytest.raises(Exception, match="invalid size"):
+        parse_size(text)
 
 
 @pytest.mark.parametrize("command", [

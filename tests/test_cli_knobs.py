@@ -14,7 +14,7 @@ from regal.cli import main
 from regal.io import load_graph
 from regal.optimizers import Problem, read_solution
 from regal.sim import DeviceSpec
-from conftest import refused
+from helpers import refused
 
 REPO = Path(__file__).resolve().parent.parent
 GRAPH = str(REPO / "data" / "synth" / "samples" / "random_infer_40.npz")

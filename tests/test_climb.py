@@ -21,7 +21,7 @@ from regal.graph import GraphBuilder
 from regal.optimizers import Problem, solve
 from regal.sim import DeviceSpec, evaluate
 
-from graphgen import random_graph
+from helpers import random_graph
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from regal.graph import (GraphBuilder, GraphError, build_graph, group_leaders,
 from regal.io.native import graph_to_arrays, read_native, write_native
 from regal.optimizers import Problem, Solution, round_robin, single_device, solve
 from regal.sim import DeviceSpec
-from graphgen import random_graph
+from helpers import random_graph
 from sim_reference import reference_decode
 
 

@@ -18,9 +18,10 @@ from regal.graph import GraphBuilder
 from regal.optimizers import Problem, score, single_device, solve
 from regal.sim import DeviceSpec, evaluate
 
-from graphgen import random_graph
+from helpers import random_graph
 
 from baselines import cpsat
+from baselines.cpsat import run
 
 STATUSES = ("OPTIMAL", "FEASIBLE", "HINT", "INFEASIBLE")
 
@@ -47,7 +48,7 @@ def _tiny(count: int, seed: int):
 def _limited_makespan_case():
     """A graph whose CP-SAT answer (no hint) the simulator re-scores infeasible: the model
     delays ready ops to save memory, which a list scheduler never does (found by trying
-    random small graphs; tests/graphgen.py seed 0)."""
+    random small graphs; helpers.random_graph, seed 0)."""
     rng = np.random.default_rng(0)
     graph = random_graph(rng, num_ops=int(rng.integers(4, 9)), integer=True)
     single = single_device(Problem(graph, DeviceSpec(1))).value
@@ -128,7 +129,7 @@ def test_status_tells_where_the_answer_came_from():
 
 
 def test_a_model_too_large_to_build_returns_the_hint(monkeypatch):
-    monkeypatch.setattr(cpsat, "_MAX_UNITS", 0)
+    monkeypatch.setattr(run, "_MAX_UNITS", 0)
     problem = Problem(synth.random_dag(20, 4), DeviceSpec(2), "peak_memory")
     sol = solve("cpsat", problem, 200, 0, time_limit=5.0)
     assert sol.extra["status"] == "HINT" and sol.extra["solver_status"] is None
@@ -196,8 +197,9 @@ def test_time_limit_is_recorded_and_honoured_as_wall_clock():
     assert sol.extra["time_limit"] == 3.0 and sol.extra["reproducible"] is False
     assert sol.extra["model_skipped"] is None
     # about the limit: CP-SAT stops at the deadline; building the model and completing the
-    # hint cannot be interrupted (generous: the test machine may be busy)
-    assert sol.extra["solver_wall_time"] < 2 * 3.0
+    # hint cannot be interrupted (a fraction of a second on 80 ops when idle; 5x the limit
+    # leaves 12 s for them on a busy 2-core machine)
+    assert sol.extra["solver_wall_time"] < 5 * 3.0
     if sol.extra["stopped_by"] != "proof":
         assert sol.extra["solver_wall_time"] > 0.9 * 3.0
 

@@ -150,7 +150,7 @@ def _senders(graph, placement):
 def test_solutions_with_one_digest_simulate_alike(seed):
     """New priority values that keep each device's order, new transfer values that keep each
     device's senders' order (non-senders' values anything): same digest, same simulation."""
-    from graphgen import random_case
+    from helpers import random_case
     from regal.decode import schedule_digests
     from regal.sim import DeviceSpec, simulate
 
@@ -175,7 +175,7 @@ def test_solutions_with_one_digest_simulate_alike(seed):
 def test_a_digest_changes_with_what_the_simulator_reads(seed):
     """Swapping two ops of one device in priority, two senders of one device in transfer
     priority, or moving one op each give another digest."""
-    from graphgen import random_graph
+    from helpers import random_graph
     from regal.decode import schedule_digests
 
     rng = np.random.default_rng(seed)
@@ -207,7 +207,7 @@ def test_a_digest_changes_with_what_the_simulator_reads(seed):
 
 
 def test_digests_of_a_batch_equal_digests_one_by_one():
-    from graphgen import random_graph
+    from helpers import random_graph
     from regal.decode import schedule_digests
 
     rng = np.random.default_rng(3)
@@ -222,7 +222,7 @@ def test_digests_of_a_batch_equal_digests_one_by_one():
 def test_chromosomes_grouped_by_digest_score_alike(seed):
     """Keys from a few values (many ties, many repeats): every chromosome of a digest group
     gets the same objective, peaks and makespan from the simulator."""
-    from graphgen import random_graph
+    from helpers import random_graph
     from regal.decode import schedule_digests
     from regal.sim import DeviceSpec, evaluate
 

@@ -17,15 +17,7 @@ import signal
 import pytest
 
 from regal.cli import main
-from conftest import one_synthetic_graph, refused
-from subproc import one_error_line, regal
-
-
-def strict_json(text: str):
-    """json.loads that refuses NaN and Infinity, as every reader outside Python does."""
-    def refuse(constant):
-        raise ValueError(f"not standard JSON: {constant}")
-    return json.loads(text, parse_constant=refuse)
+from helpers import one_error_line, one_synthetic_graph, refused, run_regal, strict_json
 
 
 @contextlib.contextmanager
@@ -200,7 +192,7 @@ def test_full_disk_keeps_the_init_file_that_optimize_would_replace(graph, tmp_pa
     assert main(["optimize", graph, "--devices", "2", "--budget", "100", "--out",
                  str(keep)]) == 0
     before = keep.read_bytes()
-    code, _, err = regal(["optimize", graph, "--devices", "2", "--budget", "100", "--method",
+    code, _, err = run_regal(["optimize", graph, "--devices", "2", "--budget", "100", "--method",
                           "local-search", "--init", keep, "--out", keep],
                          file_limit=len(before) // 2)
     assert code == 2, err
@@ -219,7 +211,7 @@ def test_a_closed_pipe_keeps_the_files_and_the_exit_code(graph, tmp_path, limit,
     solution, plot = tmp_path / "s.json", tmp_path / "s.png"
     argv = ["optimize", graph, "--devices", "2", "--budget", "100", "--out", solution,
             "--plot", plot] + (["--memory-limit", limit] if limit else [])
-    code, out, err = regal(argv, read_lines=1)
+    code, out, err = run_regal(argv, read_lines=1)
     assert out.endswith("ops on 2 devices\n") and out.count("\n") == 1
     assert code == exit_code and "Traceback" not in err and "BrokenPipe" not in err, err
     record = strict_json(solution.read_text())

@@ -39,7 +39,7 @@ from regal import harness, optimizers, synth
 from regal.cli import main
 from regal.io import load_graph, save_graph
 from regal.sim import DeviceSpec
-from conftest import npz_with_member
+from helpers import npz_with_member, strict_json
 
 CASE_LIMIT_S = 60.0  # generous: the machine running the suite may be shared and loaded
 STATS: Counter = Counter()
@@ -888,15 +888,8 @@ def test_fuzz_model_sources(world, examples):
 
 # ---------------------------------------------------------------------------
 # issue 36: every output survives a full disk, a second writer and a reader that stops
-# early. These run `regal` in a child (tests/subproc.py): a file-size limit or a closed
+# early. These run `regal` in a child (helpers.run_regal): a file-size limit or a closed
 # stdout cannot be set up in this process.
-
-
-def strict_json(text):
-    """json.loads refusing NaN and Infinity (not JSON; regal.files writes neither)."""
-    def refuse(constant):
-        raise ValueError(f"not standard JSON: {constant}")
-    return json.loads(text, parse_constant=refuse)
 
 
 def no_temporary_files(folder: Path) -> None:
@@ -942,7 +935,7 @@ def disk_case(world, name: str, folder: Path) -> tuple[list[str], Path]:
 
 def check_disk_case(name: str, code: int, err: str, out: Path, before: bytes | None) -> None:
     """Exit 0 with whole outputs, or exit 2 with one line and the previous output kept."""
-    from subproc import one_error_line
+    from helpers import one_error_line
 
     assert code in (0, 2), (name, code, err)
     if code == 2:
@@ -992,17 +985,17 @@ def output_sizes(world):
 def test_fuzz_full_disk(world, output_sizes, name, fraction):
     """No file may grow past `fraction` of the command's largest output (RLIMIT_FSIZE: the
     write fails with EFBIG, as on a full disk), or 64 bytes."""
-    from subproc import regal
+    from helpers import run_regal
 
     argv, out = disk_case(world, name, fresh(world, "disk"))
     before = out.read_bytes() if out.is_file() else None
     # 64 bytes at least: below that, numba's semaphore in /dev/shm fails, with a warning
-    code, _, err = regal(argv, file_limit=max(64, int(fraction * output_sizes[name])))
+    code, _, err = run_regal(argv, file_limit=max(64, int(fraction * output_sizes[name])))
     STATS["full disk", f"exit {code}"] += 1
     check_disk_case(name, code, err, out, before)
     if fraction < 1 and name in ("compare", "best-known", "data synth"):
         assert code == 2  # the append, or a graph, failed: the rerun resumes and completes
-        code, _, err = regal(argv)
+        code, _, err = run_regal(argv)
         assert code == 0, err
         check_disk_case(name, code, err, out, before)
 
@@ -1015,7 +1008,7 @@ def test_fuzz_concurrent_writers(world, name):
     import subprocess
     import sys
 
-    from subproc import ROOT, one_error_line
+    from helpers import ROOT, one_error_line
 
     folder = fresh(world, "race")
     folder.mkdir(parents=True)
@@ -1074,12 +1067,12 @@ def test_fuzz_closed_pipes(world, name, lines):
     """`regal ... | head -N`: the reader takes N lines and goes. Not an error: the command
     ends as it would have (its exit code, its files whole), with nothing on stderr about
     the pipe."""
-    from subproc import regal
+    from helpers import run_regal
 
     out = fresh(world, "pipe")
     out.mkdir(parents=True)
     argv = PIPE_COMMANDS[name](world, out)
-    code, stdout, err = regal(argv, read_lines=lines)
+    code, stdout, err = run_regal(argv, read_lines=lines)
     STATS["closed pipes", f"exit {code}"] += 1
     assert code == (3 if name == "infeasible" else 0), err
     assert "Traceback" not in err and "BrokenPipe" not in err and "error" not in err, err

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphgen import random_graph
+from helpers import random_graph
 from regal.graph import GraphBuilder, GraphError, build_graph, summarize
 from regal import graph as graph_module
 

@@ -19,8 +19,8 @@ from regal import harness, optimizers, synth, version
 from regal.cli import main
 from regal.io import load_graph
 from regal.sim import DeviceSpec
+from helpers import ROOT, alive
 
-ROOT = Path(__file__).resolve().parents[1]
 BUDGET = 100
 
 
@@ -152,16 +152,25 @@ def test_failing_method_is_recorded_and_the_run_goes_on(graph_dir, tmp_path, reg
 
 
 _KILL_SCRIPT = """
-import sys, time
+import os, sys, time
 from regal import harness, optimizers
 
-def slow_random(problem, budget, seed):
-    time.sleep(0.15)
+def held_random(problem, budget, seed):
+    # with REGAL_TEST_HOLD set, the first run that finds 5 records written (one worker: the
+    # runs are in this process, one after another) says so and waits to be killed, so the
+    # kill always comes mid-experiment, however slow or fast the machine
+    hold = os.environ.get("REGAL_TEST_HOLD")
+    records = os.path.join(sys.argv[2], harness.RECORDS_FILE)
+    if hold and os.path.exists(records):
+        with open(records, "rb") as f:
+            if f.read().count(b"\\n") >= 5:
+                open(hold, "w").close()
+                time.sleep(600)
     return optimizers.solve_random(problem, budget, seed)
 
-optimizers.register("slow-random", slow_random)
+optimizers.register("held-random", held_random)
 if __name__ == "__main__":
-    harness.run_experiment(["slow-random", "brkga"], sys.argv[1], sys.argv[2], seeds=3,
+    harness.run_experiment(["held-random", "brkga"], sys.argv[1], sys.argv[2], seeds=3,
                            budgets={budget}, workers=1, progress=False)
 """
 
@@ -171,15 +180,19 @@ def test_resume_after_sigkill(graph_dir, tmp_path):
     script.write_text(textwrap.dedent(_KILL_SCRIPT.format(budget=BUDGET)))
     out = tmp_path / "killed"
     path = out / harness.RECORDS_FILE
-    proc = subprocess.Popen([sys.executable, str(script), str(graph_dir), str(out)], cwd=ROOT)
-    deadline = time.time() + 90
-    while time.time() < deadline and proc.poll() is None:
-        if path.exists() and path.read_bytes().count(b"\n") >= 5:
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, "the experiment finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    held = tmp_path / "held"
+    proc = subprocess.Popen([sys.executable, str(script), str(graph_dir), str(out)], cwd=ROOT,
+                            env=dict(os.environ, REGAL_TEST_HOLD=str(held)))
+    try:   # wait for the experiment to hold (a condition, not a time: the machine may be busy)
+        deadline = time.monotonic() + 300
+        while not held.exists():
+            assert proc.poll() is None, "the experiment ended without holding"
+            assert time.monotonic() < deadline, "the experiment never held"
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
     partial = _lines(path)
     assert 5 <= len(partial) < 24
     # a kill in the middle of a write leaves a torn line: the rerun must cut it off
@@ -214,19 +227,6 @@ if __name__ == "__main__":
 """
 
 
-def _alive(pid: int) -> bool:
-    """Running (an exited process nobody has reaped yet, a zombie, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):  # gone meanwhile, or no /proc (not Linux): kill said alive
-        return sys.platform != "linux"
-
-
 def test_pool_workers_exit_when_the_experiment_is_killed(graph_dir, tmp_path):
     """A SIGKILL runs no cleanup; the workers must notice on their own and not sit on."""
     script = tmp_path / "experiment.py"
@@ -235,17 +235,18 @@ def test_pool_workers_exit_when_the_experiment_is_killed(graph_dir, tmp_path):
     pids.mkdir()
     proc = subprocess.Popen([sys.executable, str(script), str(graph_dir), str(tmp_path / "out"),
                              str(pids)], cwd=ROOT)
-    deadline = time.time() + 90
-    while time.time() < deadline and len(list(pids.iterdir())) < 2:
+    # waits for conditions, with long caps that only a failure reaches (a busy machine is slow)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(list(pids.iterdir())) < 2:
         time.sleep(0.05)
     workers = [int(p.stem) for p in pids.iterdir()]
-    assert len(workers) == 2 and all(_alive(w) for w in workers)
+    assert len(workers) == 2 and all(alive(w) for w in workers)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    deadline = time.time() + 20
-    while time.time() < deadline and any(_alive(w) for w in workers):
+    deadline = time.monotonic() + 60   # a worker looks for its parent every 0.5 s
+    while time.monotonic() < deadline and any(alive(w) for w in workers):
         time.sleep(0.1)
-    assert not any(_alive(w) for w in workers), "pool workers outlived the killed experiment"
+    assert not any(alive(w) for w in workers), "pool workers outlived the killed experiment"
 
 
 def test_ray_and_local_pool_give_identical_records(graph_dir, tmp_path):

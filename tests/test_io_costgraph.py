@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphgen import random_graph
+from helpers import random_graph
 from regal.graph import GraphBuilder, GraphError
 from regal.io import costgraph
 from regal.io.costgraph import (parse_costgraph_bytes, parse_costgraph_text, to_costgraph_bytes,

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphgen import random_graph
+from helpers import random_graph
 from regal.graph import GraphBuilder, GraphError
 from regal.io import SUFFIXES, load_graph, save_graph
 from regal.io.native import FORMAT_VERSION, graph_to_arrays, read_native, write_native
-from conftest import experiment, npz_with_member
+from helpers import experiment, npz_with_member
 
 DATA = Path(__file__).parent / "data"
 

@@ -267,7 +267,7 @@ def _lambda_model(marker):
 @pytest.mark.parametrize("suffix", [".h5", ".keras"])
 def test_keras_file_with_code_loads_only_when_trusted(tmp_path, capsys, suffix):
     """Issue 36 item 4: a legacy .h5 has no safe mode, so its Lambda used to run on import."""
-    from conftest import refused
+    from helpers import refused
 
     marker, path = tmp_path / "marker", tmp_path / f"lambda{suffix}"
     _lambda_model(marker).save(str(path))

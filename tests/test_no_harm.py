@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import brkga_and_local_search_run, experiment
+from helpers import brkga_and_local_search_run, experiment
 from regal import optimizers
 from regal.io import load_graph
 from regal.sim import DeviceSpec

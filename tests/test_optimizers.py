@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from regal import optimizers as opt
-from regal.arguments import parse_size
 from regal.cli import main
 from regal.decode import decode
 from regal.graph import GraphBuilder
@@ -181,21 +180,6 @@ def test_solution_record_orders_match_the_trace():
     other = opt.Problem(generate("random", 40, 10), problem.devices)
     with pytest.raises(ValueError, match="fingerprint"):
         opt.read_solution(rec, other)
-
-
-# -- sizes -------------------------------------------------------------------
-
-@pytest.mark.parametrize("text, value", [
-    ("16GiB", 16 * 2**30), ("500MB", 500_000_000), ("123", 123), ("123 bytes", 123),
-    ("1.5 KiB", 1536), ("2gb", 2_000_000_000), ("7B", 7)])
-def test_parse_size(text, value):
-    assert parse_size(text) == value
-
-
-@pytest.mark.parametrize("text", ["", "GiB", "12XB", "-5", "1.2.3MB"])
-def test_parse_size_errors(text):
-    with pytest.raises(Exception, match="invalid size"):
-        parse_size(text)
 
 
 # -- the command ---------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import experiment
+from helpers import experiment
 
 paired = experiment("paired_seeds")
 

@@ -14,6 +14,7 @@ import pytest
 from regal.graph import GraphBuilder
 from regal.policy.features import (EDGE_FEATURES, NODE_FEATURES, BYTES_SCALE, COUNT_SCALE,
                                    graph_features, op_type_ids)
+from helpers import randomise_heads
 
 tf = pytest.importorskip("tensorflow")
 tf_keras = pytest.importorskip("tf_keras")
@@ -58,14 +59,6 @@ def isolated_graph(n):
         g.add_op(f"op{v}", 5.0)
         g.add_output(v, 64)
     return g.build()
-
-
-def randomise_heads(policy, seed, scale=1.5):
-    """Non-uniform heads (they start at zero): random kernels and biases."""
-    rng = np.random.default_rng(seed)
-    for head in policy.net.heads.values():
-        head.set_weights([rng.normal(0, scale, w.shape).astype(np.float32)
-                          for w in head.get_weights()])
 
 
 class Spec:

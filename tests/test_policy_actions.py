@@ -1,11 +1,11 @@
 """Action space 2: the reference solution, slot space, the placement and order menus, their
 distributions against scipy and hand computations, label invariance of a whole run, the
-seeded methods, the best-known reader, and the two losses (TensorFlow only for those)."""
+seeded methods, and the two losses (TensorFlow only for those). (The best-known reader,
+regal.train.read_best_known: tests/test_train.py.)"""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # before TensorFlow loads: Keras 2 (tf-keras)
@@ -241,36 +241,6 @@ def test_search_without_options_is_plain_brkga():
     a, b = search(problem, 300, 4, population_size=20), solve_brkga(problem, 300, 4,
                                                                      population_size=20)
     assert a.value == b.value and a.extra["history"] == b.extra["history"]
-
-
-# -- the best-known reader -----------------------------------------------------------
-
-
-def test_read_best_known_keeps_the_best_and_skips_other_lines(tmp_path):
-    from regal.train import read_best_known
-
-    line = {"kind": "solution", "fingerprint": "abc", "devices": 2, "memory_limit": None,
-            "objective": "peak_memory", "value": 10.0, "placement": [0, 1, 1],
-            "priority": [2, 1, 0], "transfer_priority": [0, 1, 2]}
-    path = tmp_path / "store.jsonl"
-    path.write_text("\n".join([
-        json.dumps(line), json.dumps({**line, "value": 7.0, "placement": [1, 1, 0]}),
-        json.dumps({**line, "value": 9.0}), json.dumps({"kind": "effort", "fingerprint": "abc"}),
-        json.dumps({**line, "devices": 4, "value": 3.0}), '{"kind": "solution", "finger']) + "\n")
-    entries = sorted(read_best_known(path), key=lambda e: e.devices)
-    assert [(e.devices, e.value) for e in entries] == [(2, 7.0), (4, 3.0)]
-    assert entries[0].placement.tolist() == [1, 1, 0]
-    with pytest.raises(ValueError, match="no best-known"):
-        (tmp_path / "empty.jsonl").write_text("")
-        read_best_known(tmp_path / "empty.jsonl")
-    # several stores, comma-separated: the best per key over all of them
-    other = tmp_path / "other.jsonl"
-    other.write_text(json.dumps({**line, "value": 5.0, "placement": [0, 0, 1]}) + "\n")
-    merged = sorted(read_best_known(f"{path},{other}"), key=lambda e: e.devices)
-    assert [(e.devices, e.value) for e in merged] == [(2, 5.0), (4, 3.0)]
-    assert merged[0].placement.tolist() == [0, 0, 1]
-    with pytest.raises(ValueError, match="missing.jsonl"):
-        read_best_known(f"{path},{tmp_path / 'missing.jsonl'}")
 
 
 # -- losses (TensorFlow) -----------------------------------------------------------------

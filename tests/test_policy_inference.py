@@ -19,6 +19,7 @@ from regal import synth
 from regal.graph import GraphBuilder
 from regal.policy.features import graph_features
 from regal.policy.inference import NumpyPolicy
+from helpers import randomise_heads
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "data" / "policy"
@@ -59,14 +60,6 @@ def check_against(tf_policy, np_policy, graph, devices) -> None:
     assert_same_action(tf_policy.act(f, mode="sample", rng=rng_a),
                        np_policy.act(f, mode="sample", rng=rng_b))
     assert rng_a.random() == rng_b.random()  # both drew the same count of numbers
-
-
-def randomise_heads(policy, seed, scale=1.5):
-    """Non-uniform heads (they start near zero), so sampling and argmax are informative."""
-    rng = np.random.default_rng(seed)
-    for head in policy.net.heads.values():
-        head.set_weights([rng.normal(0, scale, w.shape).astype(np.float32)
-                          for w in head.get_weights()])
 
 
 def no_edge_graph(n=5):

@@ -7,7 +7,7 @@ import numpy as np
 
 import regal.sim as sim
 from regal.sim import kernel
-from graphgen import random_case
+from helpers import random_case
 from sim_reference import (reference_decode, reference_objective, reference_simulate,
                            relative_close)
 
@@ -248,3 +248,29 @@ def test_grouped_simulate_agrees_with_reference():
                            case["transfer_priority"])
         assert [int(p) for p in res.peak] == ref["peak"], seed
         assert relative_close(float(res.makespan), ref["makespan"]), seed
+
+
+def test_random_case_covers_the_hard_cases():
+    # the agreement test is only as good as its inputs: count graphs with each feature
+    seen = dict.fromkeys(["alias", "alias chain", "control", "temporary", "persistent",
+                          "no consumer", "two remote devices", "zero cost", "zero size",
+                          "repeated input", "several devices"], 0)
+    for seed in range(100):
+        case = random_case(np.random.default_rng(seed))
+        g, dev = case["graph"], case["placement"]
+        alias = g.tensor_alias
+        remote = [set(dev[g.consumers(t)].tolist()) - {dev[g.tensor_producer[t]]}
+                  for t in range(g.num_tensors)]
+        seen["alias"] += bool((alias >= 0).any())
+        seen["alias chain"] += any(a >= 0 and alias[a] >= 0 for a in alias)
+        seen["control"] += g.num_control_edges > 0
+        seen["temporary"] += bool((g.temporary_memory > 0).any())
+        seen["persistent"] += bool((g.persistent_memory > 0).any())
+        seen["no consumer"] += bool((np.diff(g.consumer_ptr) == 0).any())
+        seen["two remote devices"] += any(len(r) >= 2 for r in remote)
+        seen["zero cost"] += bool((g.compute_cost == 0).any())
+        seen["zero size"] += bool((g.tensor_size == 0).any())
+        seen["repeated input"] += any(len(set(g.inputs(v).tolist())) < len(g.inputs(v))
+                                      for v in range(g.num_nodes))
+        seen["several devices"] += case["count"] > 1
+    assert min(seen.values()) >= 20, seen

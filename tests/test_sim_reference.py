@@ -288,39 +288,12 @@ def test_decode_ties_go_to_the_lower_device():
     assert transfer == [0.6, 0.2]
 
 
-def test_graphgen_covers_the_hard_cases():
-    # the agreement test is only as good as its inputs: count graphs with each feature
-    from graphgen import random_case
-    seen = dict.fromkeys(["alias", "alias chain", "control", "temporary", "persistent",
-                          "no consumer", "two remote devices", "zero cost", "zero size",
-                          "repeated input", "several devices"], 0)
-    for seed in range(100):
-        case = random_case(np.random.default_rng(seed))
-        g, dev = case["graph"], case["placement"]
-        alias = g.tensor_alias
-        remote = [set(dev[g.consumers(t)].tolist()) - {dev[g.tensor_producer[t]]}
-                  for t in range(g.num_tensors)]
-        seen["alias"] += bool((alias >= 0).any())
-        seen["alias chain"] += any(a >= 0 and alias[a] >= 0 for a in alias)
-        seen["control"] += g.num_control_edges > 0
-        seen["temporary"] += bool((g.temporary_memory > 0).any())
-        seen["persistent"] += bool((g.persistent_memory > 0).any())
-        seen["no consumer"] += bool((np.diff(g.consumer_ptr) == 0).any())
-        seen["two remote devices"] += any(len(r) >= 2 for r in remote)
-        seen["zero cost"] += bool((g.compute_cost == 0).any())
-        seen["zero size"] += bool((g.tensor_size == 0).any())
-        seen["repeated input"] += any(len(set(g.inputs(v).tolist())) < len(g.inputs(v))
-                                      for v in range(g.num_nodes))
-        seen["several devices"] += case["count"] > 1
-    assert min(seen.values()) >= 20, seen
-
-
 def test_reference_respects_bounds_on_random_graphs():
     # properties independent of the exact rules' tie-breaking, on 150 random cases:
     # - a device's peak >= its persistent bytes + the temp and output bytes of any op it runs
     # - makespan >= the busy time of any device, and <= the R11 offset (a list schedule is
     #   never fully idle, so makespan <= total op time + total transfer time)
-    from graphgen import random_case
+    from helpers import random_case
     for seed in range(150):
         c = random_case(np.random.default_rng(seed))
         g, d, dev = c["graph"], c["count"], c["placement"]

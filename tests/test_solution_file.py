@@ -12,7 +12,7 @@ import signal
 import numpy as np
 import pytest
 
-from graphgen import random_graph
+from helpers import random_graph
 from regal import optimizers
 from regal.cli import main
 from regal.io.solution import check_solution_record, read_solution_file

@@ -1,6 +1,14 @@
 """`--time-limit` for every method (issue 23 item 3): a search stops at its deadline with the
 best answer it found, which is exactly the answer a budget run of the evaluations it used
-gives; one-shot heuristics just run; no time limit changes nothing; bad values exit 2."""
+gives; one-shot heuristics just run; no time limit changes nothing; bad values exit 2.
+
+Where a search stops is read off `evaluation_clock` (conftest.py), installed as
+`time.perf_counter`: a clock that moves only while chromosomes are scored, 2**-11 s a row
+(about the 2,000 a second `slow_problem` scores), so that a deadline falls after a fixed
+count of evaluations and a busy machine changes nothing. A search asks before every batch
+whether its time is up, so it must end within the batch that crosses its deadline. Real
+seconds are only bounded where the limit is another program's (CP-SAT's own clock), or to
+show that a budget ends first, and then generously (a busy 2-core machine may be 10x slow)."""
 
 from __future__ import annotations
 
@@ -16,11 +24,9 @@ from regal import synth
 from regal.cli import main
 from regal.optimizers import Problem, round_robin, solve
 from regal.sim import DeviceSpec, simulate
-from conftest import one_synthetic_graph
+from helpers import one_synthetic_graph
 
 LIMIT = 1.0
-# one generation or batch past the deadline, on a 2-core machine shared with other jobs
-MARGIN = 0.75
 SEARCHES = ("brkga", "random", "local-search", "tuned-brkga", "seeded-brkga", "regal")
 # BRKGA, then local search from its best: each phase gets its share of the time limit
 TWO_PHASE = ("seeded-brkga", "regal")
@@ -34,6 +40,23 @@ def slow_problem() -> Problem:
     for method in ("brkga", "local-search", "regal"):
         solve(method, problem, 200, 0)
     return problem
+
+
+@pytest.fixture
+def clock(evaluation_clock, monkeypatch):
+    """`evaluation_clock` as time.perf_counter, the clock solve, the pipeline and the harness
+    time their runs and deadlines by."""
+    monkeypatch.setattr(time, "perf_counter", evaluation_clock)
+    return evaluation_clock
+
+
+def ended_in_the_crossing_batch(clock, wall_time: float, limit: float,
+                                batch: int | None = None) -> bool:
+    """Whether a run that took `wall_time` on `clock` used its `limit` and then at most the
+    batch that crossed it: `batch` rows, by default the last batch scored (it had asked
+    before that batch, with time left)."""
+    batch = clock.batches[-1] if batch is None else batch
+    return limit <= wall_time < limit + batch * clock.tick
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +112,11 @@ def test_a_hook_that_never_fires_changes_nothing(method):
 
 
 @pytest.mark.parametrize("method", [m for m in SEARCHES if m not in TWO_PHASE])
-def test_time_limited_search_stops_on_time_with_its_best(slow_problem, method):
+def test_time_limited_search_stops_on_time_with_its_best(slow_problem, method, clock):
     problem = slow_problem
     found = solve(method, problem, None, 1, time_limit=LIMIT)
-    assert LIMIT <= found.wall_time <= LIMIT + MARGIN, found.wall_time
+    assert ended_in_the_crossing_batch(clock, found.wall_time, LIMIT), \
+        (found.wall_time, clock.batches[-1])
     assert found.extra["time_limit"] == LIMIT and found.extra["stopped_by"] == "time_limit"
     # the answer is the simulator's verdict on the placement returned
     result = simulate(problem.graph, problem.devices, found.placement, found.priority,
@@ -106,24 +130,35 @@ def test_time_limited_search_stops_on_time_with_its_best(slow_problem, method):
     np.testing.assert_array_equal(again.priority, found.priority)
 
 
-def test_every_climb_of_the_race_steps_when_its_starts_are_slow():
-    """On 1,000 ops the fresh climbs' heuristic starts (m-ETF among them) take a good part of
-    the polish's time; the turns share what is left once they are built, so every climb
-    still takes steps (once, none did: the starts had used up the turns)."""
-    problem = Problem(synth.random_dag(1000, 3), DeviceSpec(4))
-    solve("regal", problem, 200, 0)
-    found = solve("regal", problem, None, 1, time_limit=2 * LIMIT)
-    assert found.wall_time <= 2 * LIMIT + MARGIN, found.wall_time
+def test_every_climb_of_the_race_steps_when_its_starts_are_slow(slow_problem, clock,
+                                                                   monkeypatch):
+    """The fresh climbs' heuristic starts (m-ETF among them; on 1,000 ops and more, a good
+    part of the polish's time) take 0.375 s each here, 0.75 of the 1.8 s the polish has; the
+    turns share what is left once they are built, so every climb still takes steps (once,
+    none did: the starts had used up the turns)."""
+    from regal.search import climb
+
+    real = climb.heuristic_starts
+
+    def slow_starts(problem, names, *args, **kwargs):
+        if names:                      # the climb from BRKGA's best has no heuristic starts
+            clock.spend(0.375)
+        return real(problem, names, *args, **kwargs)
+
+    monkeypatch.setattr(climb, "heuristic_starts", slow_starts)
+    found = solve("regal", slow_problem, None, 1, time_limit=2 * LIMIT)
+    assert ended_in_the_crossing_batch(clock, found.wall_time, 2 * LIMIT), found.wall_time
     assert min(found.extra["lineage_steps"]) > 0, found.extra["lineage_steps"]
     assert found.value <= found.extra["before_polish"]
 
 
 @pytest.mark.parametrize("method", TWO_PHASE)
-def test_two_phase_search_polishes_within_the_time_limit(slow_problem, method):
+def test_two_phase_search_polishes_within_the_time_limit(slow_problem, method, clock):
     """A budget no run reaches: BRKGA stops at its share of the limit, the polish at the
     deadline, and the polish only improves BRKGA's answer."""
     found = solve(method, slow_problem, None, 1, time_limit=LIMIT)
-    assert LIMIT <= found.wall_time <= LIMIT + MARGIN, found.wall_time
+    assert ended_in_the_crossing_batch(clock, found.wall_time, LIMIT), \
+        (found.wall_time, clock.batches[-1])
     assert found.extra["time_limit"] == LIMIT and found.extra["stopped_by"] == "time_limit"
     # every climb of the race had its turn: each round ends by its share of the time
     from regal.search.schedule import DEFAULT_SCHEDULE
@@ -133,10 +168,15 @@ def test_two_phase_search_polishes_within_the_time_limit(slow_problem, method):
     assert len(lineages) == FRESH_CLIMBS + 1 and min(found.extra["lineage_steps"]) > 0
     assert found.extra["polish_evaluations"] == sum(lineages)
     assert found.value <= found.extra["before_polish"]
-    # with a budget too, the run ends at the deadline or with the whole budget spent: the
-    # polish takes what a time-cut BRKGA left
+    # with a budget too, the run ends at the deadline or with the whole budget spent, which
+    # comes first (the limit is 2,048 evaluations on this clock): the polish takes what a
+    # time-cut BRKGA left
     cut = solve(method, slow_problem, 3000, 1, time_limit=LIMIT)
-    assert cut.evaluations == 3000 or cut.extra["stopped_by"] == "time_limit"
+    assert cut.evaluations < 3000 and cut.extra["stopped_by"] == "time_limit"
+    assert ended_in_the_crossing_batch(clock, cut.wall_time, LIMIT)
+    spent = solve(method, slow_problem, 1500, 1, time_limit=LIMIT)
+    assert spent.evaluations == 1500 and spent.extra["stopped_by"] == "budget"
+    assert spent.wall_time < LIMIT
     result = simulate(slow_problem.graph, slow_problem.devices, found.placement, found.priority,
                       found.transfer_priority)
     assert found.value == float(result.objective("peak_memory"))
@@ -163,11 +203,11 @@ def test_phase_stops_switch_at_the_share_and_stop_at_the_deadline():
 
 
 @pytest.mark.parametrize("method", ["brkga", "local-search"])
-def test_time_limited_warm_start_is_never_worse_than_its_start(slow_problem, method):
+def test_time_limited_warm_start_is_never_worse_than_its_start(slow_problem, method, clock):
     start = round_robin(slow_problem)
     found = solve(method, slow_problem, None, 0, time_limit=0.5, initial=start)
     assert found.value <= start.value
-    assert found.wall_time <= 0.5 + MARGIN
+    assert ended_in_the_crossing_batch(clock, found.wall_time, 0.5), found.wall_time
 
 
 def test_regal_is_never_worse_than_the_reference_it_seeds_with(slow_problem):
@@ -176,6 +216,7 @@ def test_regal_is_never_worse_than_the_reference_it_seeds_with(slow_problem):
 
 
 def test_a_budget_that_ends_first_wins(slow_problem):
+    # real seconds: 300 evaluations take about 0.15 s; 60 s is 400 times that
     found = solve("brkga", slow_problem, 300, 0, time_limit=60.0)
     assert found.evaluations == 300 and found.extra["stopped_by"] == "budget"
     assert found.wall_time < 60.0
@@ -193,7 +234,10 @@ def test_cpsat_gets_the_limit_itself():
     found = solve("cpsat", problem, None, 0, time_limit=2.0)
     assert found.extra["time_limit"] == 2.0  # cpsat's own record of the limit it ran with
     assert found.extra["stopped_by"] in (None, "proof", "deterministic_time", "wall_clock")
-    assert found.wall_time < 2.0 + MARGIN
+    # real seconds: CP-SAT keeps its own wall-clock limit; around it, building a 12-op model
+    # and re-scoring the answer take about 0.05 s, so 5x the limit leaves 8 s for a machine
+    # too busy to run them
+    assert found.wall_time < 5 * 2.0
 
 
 @pytest.mark.parametrize("value", [0, -1.0, math.nan, math.inf, "5", True])
@@ -274,8 +318,9 @@ def test_cli_refuses_bad_time_limits(graph_file, tmp_path, capsys, value, comman
     assert not (tmp_path / "res").exists()
 
 
-def test_compare_records_the_time_limit(slow_problem, graph_file, tmp_path, capsys):
-    """(`slow_problem` compiles the kernels first: a cold compile is not interruptible.)"""
+def test_compare_records_the_time_limit(slow_problem, graph_file, tmp_path, capsys, clock):
+    """(`slow_problem` compiles the kernels first. One worker: the runs are in this process,
+    on `clock`.)"""
     from pathlib import Path
 
     out = tmp_path / "res"
@@ -290,6 +335,7 @@ def test_compare_records_the_time_limit(slow_problem, graph_file, tmp_path, caps
         assert json.loads(record["options"]) == {"time_limit": 0.3}
         assert record["time_limit"] == 0.3
     brkga = by_method["brkga"]
-    # a 50-op graph runs ~500,000 evaluations a second: the budget must not end it first
+    # the limit ended it, within the batch that crossed it (0.3 s is 615 evaluations here)
     assert brkga["evaluations"] < 100000000
-    assert 0.3 <= brkga["method_wall_time"] <= 0.3 + MARGIN
+    assert ended_in_the_crossing_batch(clock, brkga["method_wall_time"], 0.3,
+                                       batch=max(clock.batches)), brkga["method_wall_time"]

@@ -21,8 +21,9 @@ import pytest
 from regal.optimizers import Problem, solve, solve_brkga
 from regal.sim import DeviceSpec
 from regal.synth import random_dag
-from regal.train import (BaselineCache, InlineActors, RolloutTask, TrainConfig, advantages,
-                         rollout_rewards, run_rollout)
+from regal.train import (BaselineCache, RolloutTask, TrainConfig, advantages, rollout_rewards,
+                         run_rollout)
+from regal.workers import Workers
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("tf_keras")
@@ -107,7 +108,7 @@ def test_uniform_rollout_has_zero_reward_with_common_random_numbers():
     graph = small_graph()
     cache = BaselineCache()
     job = (graph, 2, 5, {}, 60, "peak_memory", 10)
-    assert rollout_rewards(InlineActors(), cache, [job, job]) == [0.0, 0.0]
+    assert rollout_rewards(Workers(1), cache, [job, job]) == [0.0, 0.0]
     assert len(cache.values) == 1  # one baseline for both (same graph, devices, seed, budget)
     problem = Problem(graph, DeviceSpec(2))
     expected = solve_brkga(problem, 60, 5, population_size=10).value
@@ -453,3 +454,34 @@ def test_augmented_graphs_resume_exactly(tmp_path, monkeypatch):
     for bad in (-0.1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="augment"):
             tiny_config(tmp_path / "d", 1, augment=bad)
+
+
+# ---------------------------------------------------------------------------
+# the best-known reader (pretraining's targets)
+
+
+def test_read_best_known_keeps_the_best_and_skips_other_lines(tmp_path):
+    from regal.train import read_best_known
+
+    line = {"kind": "solution", "fingerprint": "abc", "devices": 2, "memory_limit": None,
+            "objective": "peak_memory", "value": 10.0, "placement": [0, 1, 1],
+            "priority": [2, 1, 0], "transfer_priority": [0, 1, 2]}
+    path = tmp_path / "store.jsonl"
+    path.write_text("\n".join([
+        json.dumps(line), json.dumps({**line, "value": 7.0, "placement": [1, 1, 0]}),
+        json.dumps({**line, "value": 9.0}), json.dumps({"kind": "effort", "fingerprint": "abc"}),
+        json.dumps({**line, "devices": 4, "value": 3.0}), '{"kind": "solution", "finger']) + "\n")
+    entries = sorted(read_best_known(path), key=lambda e: e.devices)
+    assert [(e.devices, e.value) for e in entries] == [(2, 7.0), (4, 3.0)]
+    assert entries[0].placement.tolist() == [1, 1, 0]
+    with pytest.raises(ValueError, match="no best-known"):
+        (tmp_path / "empty.jsonl").write_text("")
+        read_best_known(tmp_path / "empty.jsonl")
+    # several stores, comma-separated: the best per key over all of them
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({**line, "value": 5.0, "placement": [0, 0, 1]}) + "\n")
+    merged = sorted(read_best_known(f"{path},{other}"), key=lambda e: e.devices)
+    assert [(e.devices, e.value) for e in merged] == [(2, 5.0), (4, 3.0)]
+    assert merged[0].placement.tolist() == [0, 0, 1]
+    with pytest.raises(ValueError, match="missing.jsonl"):
+        read_best_known(f"{path},{tmp_path / 'missing.jsonl'}")

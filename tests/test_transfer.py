@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import experiment
+from helpers import experiment
 
 from regal import report
 from regal.bestknown import entry_key
@@ -53,7 +53,7 @@ def test_makespan_limit_is_a_share_above_the_best_known_peak(tmp_path):
     reference heuristics' best peak (which the limit then lets through)."""
     import numpy as np
 
-    from graphgen import random_graph
+    from helpers import random_graph
     from regal.bestknown import Entry, Store
     from regal.io import save_graph
     from regal.optimizers import Problem, solve
