@@ -18,6 +18,7 @@ import pytest
 from regal import harness, optimizers, synth, version
 from regal.cli import main
 from regal.io import load_graph
+from regal.records import RecordWriter
 from regal.sim import DeviceSpec
 from helpers import ROOT, alive
 
@@ -271,10 +272,10 @@ def test_torn_tail_is_ignored_and_cut(tmp_path):
     path = tmp_path / "records.jsonl"
     path.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": 3, "b"')
     assert harness.read_records(path) == [{"a": 1}, {"a": 2}]
-    writer = harness._RecordWriter(path)
+    writer = RecordWriter(path)
     try:
         with pytest.raises(ValueError, match="another experiment"):
-            harness._RecordWriter(path)  # one writer per file
+            RecordWriter(path)  # one writer per file
         writer.write({"a": 4})
     finally:
         writer.close()
