@@ -4,19 +4,9 @@ Why: every quality figure ("gap from best", "headroom captured") needs a yardsti
 runs being compared did not set themselves. The store holds, per (graph fingerprint, devices,
 memory limit, objective), the best solution a portfolio of long runs ever found.
 
-The store is one JSON-lines file. Two kinds of line:
-
-- `"kind": "solution"`: one solution (placement, and the node / transfer priorities as dense
-  integer ranks, which decode to the same schedule), its value, per-device peaks, makespan,
-  how it was found, evaluations, seconds and the software version;
-- `"kind": "effort"`: seconds a portfolio spent on a key, so a rerun with a larger
-  `time_per_graph` only spends the difference (resume).
-
-A solution line is appended only when it beats the key's stored value (monotone: an entry is
-only ever replaced by a better one), lines are flushed and fsynced one by one and a torn last
-line is cut (`regal.files.JsonLinesWriter`), so a killed build loses at most the chunk in
-flight. A build holds the store's lock from its start: a second build of the same store is
-refused at once. `compact` rewrites the file with the best entry and the summed effort per key.
+The store's format, reading and writing are `regal.bestknown_store` (its names are reachable
+from here too); this module fills it: a portfolio per graph (`improve`) and a build over
+many graphs (`build_store`).
 
 The portfolio (`improve`) per graph: the stored best, every cheap heuristic (single device,
 round robin, m-topo, gp-dfs, m-etf up to 3,000 ops), CP-SAT on graphs small enough for it,
@@ -35,21 +25,21 @@ store's effort figures would not mean the same from one run to the next.
 
 from __future__ import annotations
 
-import datetime
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
 
+from regal.bestknown_store import (STORE_FORMAT, Entry, Store, dense_ranks, entry_key,
+                                   load_store, read_stores, record_store_key)
 from regal.workers import Workers
 
 __all__ = ["STORE_FORMAT", "Entry", "Store", "entry_key", "record_store_key", "load_store",
            "read_stores", "improve", "build_store", "BuildSummary", "dense_ranks"]
 
-STORE_FORMAT = "regal-bestknown/1"
 _CHUNK_SECONDS = 120.0  # longest portfolio run between two writes (what a kill can lose)
 _CPSAT_MAX_OPS = 60     # CP-SAT joins the portfolio below this many ops
 _ETF_MAX_OPS = 3000     # m-ETF's time grows about quadratically: ~8 s at 2,900 ops, every chunk
@@ -58,250 +48,6 @@ _BRKGA_SHARE = 0.3      # of the time left, a round's BRKGA step (and its polish
 _POLISH_SHARE = 0.3     # left then); the race then runs its budget, or to the deadline
 _RACE_SEED = 500        # race seeds start here, apart from the seeds 0, 1, 2 that tables use
 _clock = time.process_time  # the portfolio's budget is CPU seconds (see the docstring)
-
-
-def entry_key(fingerprint: str, devices: int, memory_limit, objective: str) -> tuple:
-    """The key of a store entry (memory_limit: None, a list of per-device bytes, or one
-    number of bytes for every device, as harness records hold it)."""
-    if memory_limit is None:
-        limit = None
-    elif np.isscalar(memory_limit):
-        limit = (int(memory_limit),) * int(devices)
-    else:
-        limit = tuple(int(x) for x in memory_limit)
-    return (str(fingerprint), int(devices), limit, str(objective))
-
-
-def record_store_key(record: dict) -> tuple:
-    """The store key of a line that names fingerprint, devices, memory_limit and objective: a
-    harness record, or a store's own solution or effort line."""
-    return entry_key(record["fingerprint"], record["devices"], record.get("memory_limit"),
-                     record["objective"])
-
-
-def dense_ranks(values) -> np.ndarray:
-    """Order-preserving integer ranks (equal values share a rank): a priority vector's
-    schedule survives, at a fraction of the JSON size of its floats."""
-    _, rank = np.unique(np.asarray(values, dtype=np.float64), return_inverse=True)
-    return rank.astype(np.int64).reshape(-1)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One best-known solution and its provenance."""
-
-    fingerprint: str
-    graph: str                 # file stem, for people (the fingerprint is the key)
-    ops: int
-    devices: int
-    memory_limit: list | None  # per-device bytes, or None
-    objective: str
-    value: float
-    peak: list | None          # [d] bytes (None: a line that did not say; also below)
-    makespan: float | None     # µs
-    feasible: bool | None
-    placement: list            # [n] device
-    priority: list             # [n] dense rank, higher runs first
-    transfer_priority: list    # [n] dense rank
-    found_by: str              # portfolio step that found it, e.g. "brkga(warm)"
-    evaluations: int           # model evaluations the whole portfolio spent on this key so far
-    seconds: float             # seconds the portfolio had spent on this key when it found it
-    version: str
-    created: str = ""
-    kind: str = "solution"
-
-    def key(self) -> tuple:
-        return entry_key(self.fingerprint, self.devices, self.memory_limit, self.objective)
-
-    def arrays(self):
-        """(placement int32, priority float64, transfer float64) in [0, 1]."""
-        from regal.decode import rank_normalize
-        return (np.asarray(self.placement, np.int32),
-                rank_normalize(np.asarray(self.priority, np.float64)),
-                rank_normalize(np.asarray(self.transfer_priority, np.float64)))
-
-    def chromosome(self) -> np.ndarray:
-        from regal.decode import encode
-        return encode(*self.arrays(), self.devices)
-
-    def solution(self, problem):
-        """The entry as a `Solution` re-scored on `problem` (its graph must match)."""
-        from regal.optimizers import Solution, score
-        if problem.graph.fingerprint() != self.fingerprint:
-            raise ValueError(f"best-known entry for {self.graph}: graph fingerprint differs")
-        return Solution(**score(problem, *self.arrays()), method=f"best-known:{self.found_by}",
-                        evaluations=self.evaluations)
-
-    @classmethod
-    def from_solution(cls, problem, solution, *, graph: str, found_by: str, evaluations: int,
-                      seconds: float) -> "Entry":
-        from regal import version
-        devices = problem.devices
-        return cls(
-            fingerprint=problem.graph.fingerprint(), graph=graph, ops=problem.graph.num_nodes,
-            devices=devices.count,
-            memory_limit=None if devices.memory_limit is None
-            else [int(x) for x in devices.limits],
-            objective=problem.objective, value=float(solution.value),
-            peak=[int(x) for x in solution.peak], makespan=float(solution.makespan),
-            feasible=bool(solution.feasible),
-            placement=[int(x) for x in solution.placement],
-            priority=dense_ranks(solution.priority).tolist(),
-            transfer_priority=dense_ranks(solution.transfer_priority).tolist(),
-            found_by=found_by, evaluations=int(evaluations), seconds=round(float(seconds), 3),
-            version=version(),
-            created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-
-
-_ENTRY_FIELDS = tuple(f for f in Entry.__dataclass_fields__)
-# what a solution line written by hand or by other code may leave out (None: not known); it
-# needs its key's fields, value, placement, priority and transfer_priority
-_LINE_DEFAULTS = dict(graph="", memory_limit=None, objective="peak_memory", peak=None,
-                      makespan=None, feasible=None, found_by="", evaluations=0, seconds=0.0,
-                      version="")
-
-
-def _entry_from_record(record) -> Entry | None:
-    """A solution line -> Entry, or None for anything else (effort lines, foreign lines)."""
-    if not isinstance(record, dict) or record.get("kind", "solution") != "solution":
-        return None
-    try:
-        fields = {**_LINE_DEFAULTS, **{k: record[k] for k in _ENTRY_FIELDS if k in record}}
-        devices = fields["devices"]  # older lines: a device spec {"count": d, ...}
-        fields["devices"] = int(devices["count"] if isinstance(devices, dict) else devices)
-        fields.setdefault("ops", len(fields["placement"]))
-        entry = Entry(**fields)
-        n, d = int(entry.ops), entry.devices
-        if (len(entry.placement) != n or len(entry.priority) != n
-                or len(entry.transfer_priority) != n
-                or (entry.peak is not None and len(entry.peak) != d)
-                or not math.isfinite(float(entry.value))):
-            return None
-        return entry
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
-
-
-def load_store(path) -> tuple[dict, dict]:
-    """(best entry per key, seconds of effort per key) of a store file; missing file = empty.
-
-    Lines that are not well-formed entries are skipped (a torn tail, a foreign line)."""
-    from regal.harness import read_records
-
-    path = Path(path)
-    if path.exists() and not path.is_file():
-        raise ValueError(f"best-known store {path}: not a regular file")
-    best: dict[tuple, Entry] = {}
-    effort: dict[tuple, float] = {}
-    for record in read_records(path):
-        if isinstance(record, dict) and record.get("kind") == "effort":
-            try:
-                key = record_store_key(record)
-                effort[key] = effort.get(key, 0.0) + float(record["seconds"])
-            except (KeyError, TypeError, ValueError):
-                pass
-            continue
-        entry = _entry_from_record(record)
-        if entry is None:
-            continue
-        old = best.get(entry.key())
-        if old is None or entry.value < old.value:
-            best[entry.key()] = entry
-    return best, effort
-
-
-def read_stores(paths: Iterable) -> dict:
-    """The best entry per key over several store files (`load_store`); ValueError naming one
-    that does not exist."""
-    best: dict[tuple, Entry] = {}
-    for path in paths:
-        if not Path(path).is_file():
-            raise ValueError(f"best-known store {path}: no such file")
-        for key, entry in load_store(path)[0].items():
-            if key not in best or entry.value < best[key].value:
-                best[key] = entry
-    return best
-
-
-class Store:
-    """A store file opened for reading and monotone appends (one writer at a time).
-
-    `write=True` takes the store's lock before reading it (`build_store`: a second build of
-    one store is refused before it does any work, not at its first write, hours later);
-    otherwise the first append takes it."""
-
-    def __init__(self, path, write: bool = False):
-        self.path = Path(path)
-        if self.path.suffix != ".jsonl":
-            raise ValueError(f"best-known store {self.path}: expected a .jsonl file")
-        self._writer = None
-        if write:
-            self._open_writer()
-        self.best, self.effort = load_store(self.path)
-
-    def __len__(self) -> int:
-        return len(self.best)
-
-    def get(self, key: tuple) -> Entry | None:
-        return self.best.get(key)
-
-    def value(self, fingerprint: str, devices: int, memory_limit=None,
-              objective: str = "peak_memory") -> float | None:
-        entry = self.best.get(entry_key(fingerprint, devices, memory_limit, objective))
-        return None if entry is None else entry.value
-
-    def _open_writer(self) -> None:
-        if self._writer is None:
-            from regal.files import JsonLinesWriter
-            self._writer = JsonLinesWriter(
-                self.path, busy=f"best-known store {self.path}: another process is writing it")
-
-    def _write(self, record: dict) -> None:
-        self._open_writer()
-        self._writer.write(record)
-
-    def offer(self, entry: Entry) -> bool:
-        """Appends `entry` if it beats the stored value of its key; True when it did."""
-        old = self.best.get(entry.key())
-        if old is not None and not entry.value < old.value:
-            return False
-        self._write({"format": STORE_FORMAT, **asdict(entry)})
-        self.best[entry.key()] = entry
-        return True
-
-    def add_effort(self, key: tuple, seconds: float) -> None:
-        self._write(_effort_record(key, seconds))
-        self.effort[key] = self.effort.get(key, 0.0) + float(seconds)
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-    def compact(self) -> None:
-        """Rewrites the file with one solution line per key (the best) and one effort line,
-        under the store's lock and from what the file holds then (no other writer's line is
-        lost); replaced atomically (`regal.files`), then the lock is released."""
-        from regal.files import json_text, write_text
-
-        self._open_writer()
-        try:
-            self.best, self.effort = load_store(self.path)
-            records = [{"format": STORE_FORMAT, **asdict(self.best[key])} for key in
-                       sorted(self.best, key=lambda k: (self.best[k].graph, k[1], str(k)))]
-            records += [_effort_record(key, self.effort[key])
-                        for key in sorted(self.effort, key=str)]
-            write_text(self.path, "".join(json_text(r, sort_keys=True) + "\n" for r in records))
-        finally:
-            self.close()
-
-
-def _effort_record(key: tuple, seconds: float) -> dict:
-    """A store line saying that `seconds` of portfolio time went to `key`."""
-    fingerprint, devices, limit, objective = key
-    return {"format": STORE_FORMAT, "kind": "effort", "fingerprint": fingerprint,
-            "devices": devices, "memory_limit": None if limit is None else list(limit),
-            "objective": objective, "seconds": round(float(seconds), 3)}
 
 
 # ---------------------------------------------------------------------------
