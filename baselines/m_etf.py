@@ -12,8 +12,9 @@ Memory is Baechi's static accounting: an op charges its persistent and temporary
 its non-alias outputs to its device for good. The capacity of a device is (1 + slack) x
 total / d when the objective is peak memory (so the placer balances memory) and unbounded
 for makespan; when that answer does not fit the memory limits, it runs again with each
-device's limit as its capacity and keeps the better answer. When no device has room for a ready op,
-it may go to the devices with the most room left. Priorities follow the scheduled starts.
+device's limit as its capacity and keeps the better answer. When no device has room for a
+ready op, it may go to the devices with the most room left. Priorities follow the scheduled
+starts.
 
 Colocation groups: the first op of a group to be scheduled chooses the group's device (a
 pinned group's is its pin) and every later op of the group may start only there.
@@ -24,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from regal.decode import respect_colocation
-from regal.optimizers import Problem, Solution, check_budget, score
+from regal.optimizers import Problem, Solution, check_budget, limit_free_first, score
 
 __all__ = ["solve", "schedule"]
 
@@ -133,21 +134,11 @@ def _scheduled(problem: Problem, slack: float, limits) -> dict:
 
 def solve(problem: Problem, budget: int, seed: int = 0, *, slack: float = 0.1,
           progress=None) -> Solution:
-    """Schedules with m-ETF's limit-free capacities; when that answer does not fit the
-    limits that rank solutions (`regal.sim.ranking_limits`) and the budget allows a second
-    evaluation, schedules again with the limits as capacities and keeps the better (ties:
-    the first). So a limit that the first answer meets changes nothing, and a limit never
-    makes the answer worse by the objective (`seed` is unused)."""
-    from regal.sim import ranking_limits
-
+    """Schedules with m-ETF's limit-free capacities, and with the limits as capacities when
+    that misses them (`regal.optimizers.limit_free_first`; `seed` is unused)."""
     check_budget(budget)
     if not slack >= 0:
         raise ValueError(f"slack must be >= 0, got {slack}")
-    found, used = _scheduled(problem, slack, None), 1
-    limits = ranking_limits(problem.graph, problem.devices, problem.objective)
-    if limits is not None and not found["feasible"] and budget >= 2:
-        bounded = _scheduled(problem, slack, limits)
-        used += 1
-        if bounded["value"] < found["value"]:
-            found = bounded
+    found, used = limit_free_first(problem, budget,
+                                   lambda limits: _scheduled(problem, slack, limits))
     return Solution(**found, evaluations=used, method="m-etf", seed=seed)

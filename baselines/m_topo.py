@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from regal.decode import respect_colocation
-from regal.optimizers import Problem, Solution, check_budget, score
+from regal.optimizers import Problem, Solution, check_budget, limit_free_first, score
 
 __all__ = ["solve", "op_memory", "place"]
 
@@ -58,21 +58,19 @@ def place(graph, devices, limits=None) -> np.ndarray:
         if group_device[group] >= 0:  # the group was placed by an earlier op, or pinned
             placement[v] = group_device[group]
             continue
-        while k < d - 1 and (used > 0 or share[k] <= 0) and used + group_memory[group] > share[k]:
-            k, used = k + 1, 0  # the next device; one whose share is 0 takes nothing
+        # the next device while this one is full; one whose share is 0 takes nothing
+        while k < d - 1 and (used > 0 or share[k] <= 0) \
+                and used + group_memory[group] > share[k]:
+            k, used = k + 1, 0
         placement[v] = group_device[group] = k
         used += group_memory[group]
     return placement
 
 
 def solve(problem: Problem, budget: int, seed: int = 0, progress=None) -> Solution:
-    """Places with shares total / d, orders topologically, scores; when that answer does not
-    fit the limits that rank solutions (`regal.sim.ranking_limits`) and the budget allows a
-    second evaluation, places again with shares capped by the limits and keeps the better
-    (ties: the first). So a limit that the first answer meets changes nothing, and a limit
-    never makes the answer worse by the objective (`seed` is unused)."""
-    from regal.sim import ranking_limits
-
+    """Places with shares total / d, orders topologically, scores; with shares capped by the
+    limits too when that misses them (`regal.optimizers.limit_free_first`; `seed` is
+    unused)."""
     check_budget(budget)
     graph = problem.graph
     n = graph.num_nodes
@@ -83,11 +81,5 @@ def solve(problem: Problem, budget: int, seed: int = 0, progress=None) -> Soluti
         placement = respect_colocation(graph, place(graph, problem.devices, limits))
         return dict(score(problem, placement, priority, priority),
                     extra={"share": shares(graph, problem.devices, limits).tolist()})
-    found, used = placed(None), 1
-    limits = ranking_limits(problem.graph, problem.devices, problem.objective)
-    if limits is not None and not found["feasible"] and budget >= 2:
-        capped = placed(limits)
-        used += 1
-        if capped["value"] < found["value"]:
-            found = capped
+    found, used = limit_free_first(problem, budget, placed)
     return Solution(**found, evaluations=used, method="m-topo", seed=seed)

@@ -33,7 +33,8 @@ __all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "REVISIONS", "registe
            "method_revision", "LIMITS_REVISION", "get_method",
            "available_methods", "solve", "score", "single_device", "round_robin",
            "roomiest_device", "one_device", "reference_solutions",
-           "solve_brkga", "solve_random", "check_budget", "solution_record", "read_solution",
+           "solve_brkga", "solve_random", "check_budget",
+           "limit_free_first", "solution_record", "read_solution",
            "execution_order", "describe", "smallest_overflow", "check_time_limit",
            "UNLIMITED_BUDGET"]
 
@@ -154,6 +155,24 @@ def solve_brkga(problem: Problem, budget: int, seed: int, *, population_size: in
     return _solution_from_keys(problem, keys, evaluations=result.evaluations + int(spent),
                                extra={"history": result.history.tolist(),
                                       "population_size": population_size})
+
+
+def limit_free_first(problem: Problem, budget: int, build: Callable) -> tuple[dict, int]:
+    """A construction's answer under memory limits, and the evaluations it cost:
+    `build(None)`, its limit-free answer (`score` fields); when that misses the limits that
+    rank solutions (`regal.sim.ranking_limits`) and the budget allows a second evaluation,
+    also `build(limits)`, and the better of the two (ties: the limit-free one). So a limit
+    the limit-free answer meets changes nothing, and a limit never makes it worse."""
+    from regal.sim import ranking_limits
+
+    found, used = build(None), 1
+    limits = ranking_limits(problem.graph, problem.devices, problem.objective)
+    if limits is not None and not found["feasible"] and budget >= 2:
+        bounded = build(limits)
+        used += 1
+        if bounded["value"] < found["value"]:
+            found = bounded
+    return found, used
 
 
 def check_budget(budget) -> None:
