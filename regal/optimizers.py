@@ -81,10 +81,8 @@ def one_device(problem: Problem) -> Solution:
     alone = DeviceSpec(1, None if limits is None else int(limits.max()),
                        problem.devices.bandwidth, problem.devices.latency)
     priority = _topological_priority(graph)
-    found = scored(Problem(graph, alone, problem.objective),
-                    np.zeros(graph.num_nodes, np.int32), priority, priority,
-                    method="one-device")
-    return found
+    return scored(Problem(graph, alone, problem.objective),
+                  np.zeros(graph.num_nodes, np.int32), priority, priority, method="one-device")
 
 
 def reference_solutions(problem: Problem) -> list[Solution]:
