@@ -25,16 +25,10 @@ from __future__ import annotations
 import numpy as np
 
 from regal.decode import respect_colocation
+from regal.graph import op_bytes
 from regal.optimizers import Problem, Solution, check_budget, limit_free_first, score
 
 __all__ = ["solve", "schedule"]
-
-
-def _op_memory(graph) -> np.ndarray:
-    own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.int64)
-    out = np.zeros(graph.num_nodes, np.int64)
-    np.add.at(out, graph.tensor_producer, own)
-    return out + graph.temporary_memory.astype(np.int64) + graph.persistent_memory.astype(np.int64)
 
 
 def _static_level(graph) -> np.ndarray:
@@ -68,7 +62,7 @@ def capacities(problem: Problem, slack: float, limits=None) -> np.ndarray:
         return np.asarray(limits, np.float64)
     if problem.objective == "makespan":
         return np.full(devices.count, np.inf)
-    return np.full(devices.count, (1.0 + slack) * _op_memory(problem.graph).sum() / devices.count)
+    return np.full(devices.count, (1.0 + slack) * op_bytes(problem.graph).sum() / devices.count)
 
 
 def schedule(problem: Problem, slack: float = 0.1,
@@ -77,7 +71,7 @@ def schedule(problem: Problem, slack: float = 0.1,
     (default: the limit-free ones)."""
     graph = problem.graph
     n, d = graph.num_nodes, problem.devices.count
-    memory = _op_memory(graph)
+    memory = op_bytes(graph)
     capacity = capacities(problem, slack, limits)
     level = _static_level(graph)
     inputs = _input_delays(graph, problem.devices)

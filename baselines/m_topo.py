@@ -18,23 +18,16 @@ from __future__ import annotations
 import numpy as np
 
 from regal.decode import respect_colocation
+from regal.graph import op_bytes
 from regal.optimizers import Problem, Solution, check_budget, limit_free_first, score
 
-__all__ = ["solve", "op_memory", "place"]
-
-
-def op_memory(graph) -> np.ndarray:
-    """Bytes an op holds in Baechi's static accounting."""
-    own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.int64)
-    out = np.zeros(graph.num_nodes, np.int64)
-    np.add.at(out, graph.tensor_producer, own)
-    return out + graph.temporary_memory.astype(np.int64) + graph.persistent_memory.astype(np.int64)
+__all__ = ["solve", "place"]
 
 
 def shares(graph, devices, limits=None) -> np.ndarray:
     """Per-device memory share: total / d, capped by `limits` when given."""
     d = devices.count
-    share = np.full(d, op_memory(graph).sum() / d)
+    share = np.full(d, op_bytes(graph).sum() / d)
     if limits is not None:
         share = np.minimum(share, limits)
     return share
@@ -42,7 +35,7 @@ def shares(graph, devices, limits=None) -> np.ndarray:
 
 def place(graph, devices, limits=None) -> np.ndarray:
     """Device of every op: consecutive runs of the topological order, one share each."""
-    memory = op_memory(graph)
+    memory = op_bytes(graph)
     share = shares(graph, devices, limits)
     d = devices.count
     leader, pinned = graph.colocation, graph.pinned

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from regal.graph import op_bytes
+
 __all__ = ["num_genes", "num_devices", "split", "decode", "encode", "rank_normalize",
            "respect_colocation", "colocation_violation", "schedule_digests"]
 
@@ -131,14 +133,6 @@ def colocation_violation(graph, placement) -> tuple[int, str] | None:
     return None
 
 
-def _op_bytes(graph) -> np.ndarray:
-    """Bytes each op holds (persistent, temporary, its non-alias outputs): its vote weight."""
-    own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.float64)
-    out = np.zeros(graph.num_nodes)
-    np.add.at(out, graph.tensor_producer, own)
-    return out + graph.persistent_memory + graph.temporary_memory
-
-
 def respect_colocation(graph, placement) -> np.ndarray:
     """`placement` with every group on one device and every pin kept, moving few bytes.
 
@@ -157,7 +151,7 @@ def respect_colocation(graph, placement) -> np.ndarray:
         return placement
     leaders = graph.colocation
     d = int(max(placement.max(initial=0), graph.pinned.max(initial=-1))) + 1
-    weight = _op_bytes(graph)
+    weight = op_bytes(graph)  # each op votes with the bytes it holds
     votes = np.zeros((graph.num_nodes, d))
     np.add.at(votes, (leaders, placement), weight)
     counts = np.zeros((graph.num_nodes, d))

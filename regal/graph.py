@@ -16,8 +16,11 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["ComputationGraph", "GraphError", "GraphBuilder", "build_graph", "summarize", "MAX_BYTES",
-           "group_leaders", "check_constraints", "check_pins", "spread_pins", "with_constraints"]
+__all__ = [
+    "ComputationGraph", "GraphError", "GraphBuilder", "build_graph", "summarize", "MAX_BYTES",
+    "op_bytes", "group_leaders", "check_constraints", "check_pins", "spread_pins",
+    "with_constraints"
+]
 
 
 class GraphError(ValueError):
@@ -728,6 +731,17 @@ def with_constraints(graph: ComputationGraph, pins: dict | None = None, colocate
     pinned = spread_pins(graph.names, leaders, wanted, graph.pinned)
     check_constraints(graph.names, leaders, pinned.astype(np.int64), num_devices)
     return graph._replace(colocation=_ro(leaders), pinned=_ro(pinned))
+
+
+def op_bytes(graph: ComputationGraph) -> np.ndarray:
+    """Bytes each op holds in a static accounting (Baechi's): its persistent and temporary
+    memory and its non-alias outputs, int64. The balanced splits, m-topo, m-ETF and the
+    colocation repair all weigh ops by it."""
+    own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.int64)
+    held = np.zeros(graph.num_nodes, np.int64)
+    np.add.at(held, graph.tensor_producer, own)
+    return (held + graph.temporary_memory.astype(np.int64)
+            + graph.persistent_memory.astype(np.int64))
 
 
 def summarize(graph: ComputationGraph) -> dict:

@@ -343,7 +343,7 @@ def test_local_search_improves_its_start():
 
 @pytest.mark.parametrize("d", (2, 3))
 def test_m_topo_respects_the_memory_share(d):
-    from baselines.m_topo import op_memory
+    from regal.graph import op_bytes as op_memory
 
     graph = synth.random_dag(80, 4)
     memory = op_memory(graph)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from regal.graph import ComputationGraph
+from regal.graph import ComputationGraph, op_bytes
 
 __all__ = ["Reference", "CANDIDATES", "compute_reference", "reference_for", "as_device_spec",
            "canonical_labels", "order_keys", "balanced_runs", "align_labels"]
@@ -77,21 +77,13 @@ def order_keys(priority: np.ndarray) -> np.ndarray:
     return keys
 
 
-def _op_bytes(graph: ComputationGraph) -> np.ndarray:
-    own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.int64)
-    memory = np.zeros(graph.num_nodes, np.int64)
-    np.add.at(memory, graph.tensor_producer, own)
-    return memory + graph.temporary_memory.astype(np.int64) \
-        + graph.persistent_memory.astype(np.int64)
-
-
 def balanced_runs(graph: ComputationGraph, d: int) -> np.ndarray:
     """The topological order cut into `d` consecutive runs of near-equal memory (the bytes an
     op holds: persistent, temporary and its own outputs), then projected onto the graph's
     colocation groups and pins."""
     from regal.decode import respect_colocation
 
-    memory = _op_bytes(graph)[graph.topo_order]
+    memory = op_bytes(graph)[graph.topo_order]
     cumulative = np.cumsum(memory)
     total = cumulative[-1] if len(cumulative) and cumulative[-1] > 0 else 1
     run = np.minimum((d * (cumulative - memory / 2) / total).astype(np.int64), d - 1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from regal.decode import decode, encode
+from regal.graph import op_bytes
 from regal.optimizers import Problem, roomiest_device
 from regal.search.moves import ranks, rerank
 
@@ -18,10 +19,7 @@ SEEDLESS = ("m-topo", "m-etf")
 
 
 def _balanced_runs(graph, d: int) -> np.ndarray:
-    own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.int64)
-    memory = np.zeros(graph.num_nodes, np.int64)
-    np.add.at(memory, graph.tensor_producer, own)
-    memory += graph.temporary_memory.astype(np.int64) + graph.persistent_memory.astype(np.int64)
+    memory = op_bytes(graph)
     cumulative = np.cumsum(memory[graph.topo_order])
     total = cumulative[-1] if cumulative[-1] > 0 else 1
     device = np.minimum((d * (cumulative - memory[graph.topo_order] / 2) / total).astype(int), d - 1)
