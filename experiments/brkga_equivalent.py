@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 from regal import harness, optimizers  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.regal_method import same_policy_dir  # noqa: E402
+from regal.report import markdown_table  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 
 METHODS = ("regal", "local-search")  # compared with plain BRKGA's curve
@@ -131,11 +132,8 @@ def table(rows: list[dict], args) -> str:
              f"device count, seed(s) 0..{args.seeds - 1}; for each method's 5K answer of the same seed, "
              f"the first evaluation count at which BRKGA's best is as good. 'never' = not within "
              f"{args.budget:,}. Median over graphs with 'never' counted as more than the budget. "
-             f"Records: `{args.records}`. Made by `experiments/brkga_equivalent.py`.", "",
-             "| dataset | devices | graphs | method | median evaluations BRKGA needs | "
-             f"graphs where BRKGA needs >= {args.budget:,} or never | "
-             f"BRKGA-{args.budget // 1000}K over BRKGA-5K (%) |",
-             "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
+             f"Records: `{args.records}`. Made by `experiments/brkga_equivalent.py`.", ""]
+    cells = []
     groups: dict = {}
     for row in rows:
         _, _, dataset, devices, _ = row["key"]
@@ -150,9 +148,13 @@ def table(rows: list[dict], args) -> str:
             as_numbers = [math.inf if n is None else n for n in needs]
             median = statistics.median(as_numbers)
             far = sum(n >= args.budget for n in as_numbers)
-            lines.append(f"| {dataset} | {devices} | {len(needs)} | {method} | "
-                         f"{'never' if math.isinf(median) else f'{median:,.0f}'} | "
-                         f"{far} of {len(needs)} | {gain:+.2f} |")
+            cells.append([dataset, devices, len(needs), method,
+                          "never" if math.isinf(median) else f"{median:,.0f}",
+                          f"{far} of {len(needs)}", f"{gain:+.2f}"])
+    lines += markdown_table(["dataset", "devices", "graphs", "method",
+                             "median evaluations BRKGA needs",
+                             f"graphs where BRKGA needs >= {args.budget:,} or never",
+                             f"BRKGA-{args.budget // 1000}K over BRKGA-5K (%)"], cells, "lrrlrrr")
     return "\n".join(lines) + "\n"
 
 

@@ -54,6 +54,7 @@ sys.path.insert(0, str(REPO))
 from regal import optimizers, regal_method  # noqa: E402
 from regal.decode import encode  # noqa: E402
 from regal.io import load_graph  # noqa: E402
+from regal.report import markdown_table  # noqa: E402
 from regal.search.pipeline import brkga_phase, race_climbs  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 
@@ -152,8 +153,7 @@ def summarise(rows: list[dict], schedules, splits, devices) -> str:
     graphs below -1%."""
     values = {(r["schedule"], r["split"], r["graph"], r["devices"], r["seed"]): r["value"]
               for r in rows}
-    lines = ["| split | devices | schedule | mean | median | worst graph | graphs below -1% |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]
+    cells = []
     for split in splits:
         for d in devices:
             for name in schedules:
@@ -167,10 +167,12 @@ def summarise(rows: list[dict], schedules, splits, devices) -> str:
                 means = [100.0 * (1.0 - statistics.fmean(v for _, v in pairs)
                                   / statistics.fmean(b for b, _ in pairs))
                          for pairs in per_graph.values()]
-                lines.append(f"| {split} | {d} | {name} | {statistics.fmean(means):+.2f}% | "
-                             f"{statistics.median(means):+.2f}% | {min(means):+.2f}% | "
-                             f"{sum(m < -1.0 for m in means)} of {len(means)} |")
-    return "\n".join(lines) + "\n"
+                cells.append([split, d, name, f"{statistics.fmean(means):+.2f}%",
+                              f"{statistics.median(means):+.2f}%", f"{min(means):+.2f}%",
+                              f"{sum(m < -1.0 for m in means)} of {len(means)}"])
+    return "\n".join(markdown_table(["split", "devices", "schedule", "mean", "median",
+                                      "worst graph", "graphs below -1%"], cells,
+                                     "lrlrrrr")) + "\n"
 
 
 def main(argv=None) -> int:

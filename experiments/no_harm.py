@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 from regal import harness, optimizers  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.regal_method import same_policy_dir  # noqa: E402
+from regal.report import markdown_table  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 
 HARM = -1.0   # the issue's rule: no graph more than 1% worse than BRKGA-5K
@@ -142,22 +143,24 @@ def table(found: dict, done: dict, args) -> str:
              f"Graphs whose mean improvement over the records' seeds was below {args.below:+.1f}%"
              f" (`{args.records}`), run again with seeds 0..{args.seeds - 1}, same options. "
              "Improvement = (mean BRKGA - mean method) / mean BRKGA; SE = standard error of the "
-             "per-seed improvements. Made by `experiments/no_harm.py`.", "",
-             f"| dataset | devices | graph | records' seeds | improvement there | "
-             f"{args.seeds} seeds | SE | below -1% with {args.seeds} seeds | records reproduced |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |"]
+             "per-seed improvements. Made by `experiments/no_harm.py`.", ""]
+    cells = []
     for key in sorted(found, key=lambda k: (k[2], k[3], k[1])):
         _, graph, dataset, devices = key
         recorded = found[key]["seeds"]
         pairs = [done[(*key, s)] for s in range(args.seeds) if (*key, s) in done]
         same = all(done.get((*key, s)) == recorded[s] for s in recorded if s < args.seeds)
         now = improvement(pairs)
-        lines.append(f"| {dataset} | {devices} | {graph} | {len(recorded)} | "
-                     f"{improvement(recorded.values()):+.2f}% | {now:+.2f}% | "
-                     f"{standard_error(pairs):.2f} | {'yes' if now < HARM else 'no'} | "
-                     f"{'yes' if same else 'NO'} |")
+        cells.append([dataset, devices, graph, len(recorded),
+                      f"{improvement(recorded.values()):+.2f}%", f"{now:+.2f}%",
+                      f"{standard_error(pairs):.2f}", "yes" if now < HARM else "no",
+                      "yes" if same else "NO"])
     if not found:
-        lines.append("| (none) | | | | | | | | |")
+        cells.append(["(none)"] + [""] * 8)
+    lines += markdown_table(["dataset", "devices", "graph", "records' seeds",
+                             "improvement there", f"{args.seeds} seeds", "SE",
+                             f"below -1% with {args.seeds} seeds", "records reproduced"],
+                            cells, "lrlrrrrll")
     return "\n".join(lines) + "\n"
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from no_harm import improvement  # noqa: E402  the transfer tables' per-graph rule
-from regal.report import wilcoxon_p  # noqa: E402  (no_harm put the repository on the path)
+from regal.report import markdown_table, wilcoxon_p  # noqa: E402  (no_harm put the repository on the path)
 
 
 def read_cache(path: Path) -> tuple[str, dict]:
@@ -75,17 +75,15 @@ def compare(first: dict, second: dict) -> list[dict]:
 
 
 def markdown(name_a: str, name_b: str, rows: list[dict]) -> str:
-    lines = [f"| dataset | devices | graphs | seeds | {name_a}: mean / median | "
-             f"{name_b}: mean / median | {name_a} - {name_b} (SE) | graphs ahead "
-             f"{name_a} / {name_b} | Wilcoxon p |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in rows:
-        p = "–" if r["p"] is None else f"{r['p']:.3f}"
-        lines.append(f"| {r['dataset']} | {r['devices']} | {r['graphs']} | {r['seeds']} | "
-                     f"{r['mean_a']:+.2f}% / {r['median_a']:+.2f}% | "
-                     f"{r['mean_b']:+.2f}% / {r['median_b']:+.2f}% | "
-                     f"{r['diff']:+.2f} ({r['se']:.2f}) | {r['a_ahead']} / {r['b_ahead']} | {p} |")
-    return "\n".join(lines) + "\n"
+    header = ["dataset", "devices", "graphs", "seeds", f"{name_a}: mean / median",
+              f"{name_b}: mean / median", f"{name_a} - {name_b} (SE)",
+              f"graphs ahead {name_a} / {name_b}", "Wilcoxon p"]
+    cells = [[r["dataset"], r["devices"], r["graphs"], r["seeds"],
+              f"{r['mean_a']:+.2f}% / {r['median_a']:+.2f}%",
+              f"{r['mean_b']:+.2f}% / {r['median_b']:+.2f}%",
+              f"{r['diff']:+.2f} ({r['se']:.2f})", f"{r['a_ahead']} / {r['b_ahead']}",
+              "–" if r["p"] is None else f"{r['p']:.3f}"] for r in rows]
+    return "\n".join(markdown_table(header, cells)) + "\n"
 
 
 def main(argv=None) -> int:

@@ -223,23 +223,23 @@ def markdown(rows, title, note="") -> str:
         makespan = objective == "makespan"
         setting = (f"makespan under a per-graph memory limit ({MAKESPAN_FACTOR:g} x best-known "
                    "peak)" if makespan else "peak memory")
-        lines += [f"### {dataset}, {devices} devices, {setting} ({graphs} graphs)",
-                  "", "| method | improvement over BRKGA-5K (%) | Wilcoxon p | wins/losses | "
-                  "gap from best-known (%) | "
-                  + ("feasible runs (%)" if makespan else "gap to lower bound (%)")
-                  + " | headroom captured (%) | mean wall (s) | failed |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [f"### {dataset}, {devices} devices, {setting} ({graphs} graphs)", ""]
+        header = ["method", "improvement over BRKGA-5K (%)", "Wilcoxon p", "wins/losses",
+                  "gap from best-known (%)",
+                  "feasible runs (%)" if makespan else "gap to lower bound (%)",
+                  "headroom captured (%)", "mean wall (s)", "failed"]
+        cells = []
         for row in sorted(group, key=lambda r: -(r["improvement_pct"] or -1e9)):
             # a method stopped early (e.g. a killed CP-SAT run) covers fewer graphs: say so;
             # its figures are over the graphs it has
             label = row["label"] + (f" ({row['graphs']} of {graphs} graphs)"
                                     if row["graphs"] < graphs else "")
-            lines.append(
-                f"| {label} | {_fmt(row['improvement_pct'], signed=True)} | "
-                f"{_p(row['p_value'])} | {_fmt_wl(row)} | {_fmt(row['gap_pct'])} | "
-                f"{_fmt(row['feasible_pct'], 1) if makespan else _fmt(row['gap_bound_pct'])} | "
-                f"{_fmt(row['headroom_pct'], 1)} | {_fmt(row['mean_wall_s'], 2)} | "
-                f"{row['failed']} |")
+            cells.append([label, _fmt(row["improvement_pct"], signed=True), _p(row["p_value"]),
+                          _fmt_wl(row), _fmt(row["gap_pct"]),
+                          _fmt(row["feasible_pct"], 1) if makespan else _fmt(row["gap_bound_pct"]),
+                          _fmt(row["headroom_pct"], 1), _fmt(row["mean_wall_s"], 2),
+                          row["failed"]])
+        lines += report.markdown_table(header, cells)
         lines.append("")
         beaten = max(row["store_beaten"] for row in group)
         lines += [f"A run of this table beats the best-known store on {beaten} of {graphs} "
@@ -537,11 +537,11 @@ def main(argv=None) -> int:
               "once per process." if timing_rows[0]["load_s"] > 0.001 else "Policy already "
               "loaded in this process (the harness ran in it).")
              + " The forward pass is regal.policy.NumpyPolicy (same weights and logits as the "
-             "TensorFlow Policy used for training).", "",
-             "| graph | ops | call | policy (ms) | search (s) | policy / search |",
-             "| --- | ---: | --- | ---: | ---: | ---: |"]
-    lines += [f"| {r['graph']} | {r['ops']} | {r['call']} | {1000 * r['policy_s']:.2f} | "
-              f"{r['search_s']:.3f} | {100 * r['ratio']:.1f}% |" for r in timing_rows]
+             "TensorFlow Policy used for training).", ""]
+    lines += report.markdown_table(
+        ["graph", "ops", "call", "policy (ms)", "search (s)", "policy / search"],
+        ([r["graph"], r["ops"], r["call"], f"{1000 * r['policy_s']:.2f}", f"{r['search_s']:.3f}",
+          f"{100 * r['ratio']:.1f}%"] for r in timing_rows), "lrlrrr")
     (out / "timing.md").write_text("\n".join(lines) + "\n")
     (out / "summary.json").write_text(json.dumps(
         {"table1": t1, "table3": t3, "generalisation": gen, "makespan": running,

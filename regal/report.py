@@ -35,7 +35,7 @@ from typing import Iterable
 from regal.files import write_text
 
 __all__ = ["BASELINE", "CSV_FIELDS", "baseline_name", "pool_memory_limits", "summarize",
-           "wilcoxon_p", "to_markdown", "to_csv", "write_report"]
+           "wilcoxon_p", "markdown_table", "to_markdown", "to_csv", "write_report"]
 
 BASELINE = ("brkga", 5000)  # BRKGA-5K: method brkga at a budget of 5,000 evaluations
 CSV_FIELDS = ("objective", "devices", "memory_limit", "dataset", "method", "budget", "options",
@@ -287,20 +287,20 @@ def _columns(name: str) -> list[tuple]:
     def figure(field, digits=2, signed=False):  # from_unfit_runs names no missing figure
         return lambda r: _figure(r, field, _fmt(r[field], digits, signed))
 
-    return [("method", "---", None, _label),
-            ("budget", "---:", None, lambda r: str(r["budget"])),
-            ("graphs", "---:", None, lambda r: str(r["graphs"])),
-            ("runs", "---:", None, lambda r: str(r["runs"])),
-            ("failed", "---:", None, lambda r: str(r["failed"])),
-            ("fits", "---:", "limit", lambda r: f"{r['feasible_runs']}/{r['runs'] - r['failed']}"),
-            (f"% impr. over {name}", "---:", "baseline", figure("improvement_pct", signed=True)),
-            ("W/L", "---:", "baseline", wins),
-            ("Wilcoxon p", "---:", "baseline", p_value),
-            ("% gap from best", "---:", None, figure("gap_pct")),
-            ("% gap to lower bound", "---:", "bound", figure("gap_bound_pct")),
-            ("headroom captured %", "---:", "baseline", figure("headroom_pct", 1)),
-            ("seed spread %", "---:", "seeds", figure("seed_spread_pct")),
-            ("mean wall s", "---:", None, lambda r: _fmt(r["mean_wall_s"], 2))]
+    return [("method", "l", None, _label),
+            ("budget", "r", None, lambda r: str(r["budget"])),
+            ("graphs", "r", None, lambda r: str(r["graphs"])),
+            ("runs", "r", None, lambda r: str(r["runs"])),
+            ("failed", "r", None, lambda r: str(r["failed"])),
+            ("fits", "r", "limit", lambda r: f"{r['feasible_runs']}/{r['runs'] - r['failed']}"),
+            (f"% impr. over {name}", "r", "baseline", figure("improvement_pct", signed=True)),
+            ("W/L", "r", "baseline", wins),
+            ("Wilcoxon p", "r", "baseline", p_value),
+            ("% gap from best", "r", None, figure("gap_pct")),
+            ("% gap to lower bound", "r", "bound", figure("gap_bound_pct")),
+            ("headroom captured %", "r", "baseline", figure("headroom_pct", 1)),
+            ("seed spread %", "r", "seeds", figure("seed_spread_pct")),
+            ("mean wall s", "r", None, lambda r: _fmt(r["mean_wall_s"], 2))]
 
 
 def _missing_references(part: list[dict], baseline, dataset: str) -> dict:
@@ -327,6 +327,20 @@ def _missing_references(part: list[dict], baseline, dataset: str) -> dict:
     return missing
 
 
+def markdown_table(header: Iterable[str], rows: Iterable[Iterable[str]],
+                   align: str | None = None) -> list[str]:
+    """The lines of one Markdown table, the project's one table formatter (the report and the
+    experiments' tables): `align` has a letter per column, "l" left or "r" right; by default
+    the first column left and the others right (a name, then figures)."""
+    header = list(header)
+    align = align or "l" + "r" * (len(header) - 1)
+    if len(align) != len(header):
+        raise ValueError(f"markdown_table: {len(header)} columns but align {align!r}")
+    return ["| " + " | ".join(header) + " |",
+            "| " + " | ".join("---:" if a == "r" else "---" for a in align) + " |",
+            *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows)]
+
+
 def to_markdown(rows: list[dict], baseline: tuple[str, int] = BASELINE) -> str:
     """Table 1: a section per setting and a table per dataset."""
     if not rows:
@@ -346,13 +360,13 @@ def to_markdown(rows: list[dict], baseline: tuple[str, int] = BASELINE) -> str:
             graphs = max(r["graphs"] for r in part)
             missing = _missing_references(part, baseline, dataset)
             columns = [c for c in _columns(name) if c[2] not in missing]
-            lines += [f"### {dataset} ({graphs} graphs)", "",
-                      "| " + " | ".join(c[0] for c in columns) + " |",
-                      "| " + " | ".join(c[1] for c in columns) + " |"]
-            lines += ["| " + " | ".join(c[3](r) for c in columns) + " |" for r in part]
+            lines += [f"### {dataset} ({graphs} graphs)", ""]
+            lines += markdown_table([c[0] for c in columns],
+                                    ([c[3](r) for c in columns] for r in part),
+                                    "".join(c[1] for c in columns))
             lines.append("")
             if any(r["from_unfit_runs"] for r in part):
-                lines += [f"† rests on runs that do not fit the memory limit (fits: runs "
+                lines += ["† rests on runs that do not fit the memory limit (fits: runs "
                           "within it / runs that ended): such a run's value is the "
                           "objective's ranking penalty, behind every run that fits, so the "
                           "figure does not compare with those of runs that fit.", ""]

@@ -301,3 +301,12 @@ def test_memory_limit_prints_in_human_units():
     text = report.to_markdown(report.summarize([limited("g1", "m1", 10)]))
     assert "## peak_memory, 2 devices, memory limit 700.00 MiB" in text
     assert "734,003,200" not in text
+
+
+def test_markdown_table_aligns_a_name_then_figures_and_checks_its_columns():
+    from regal.report import markdown_table
+    assert markdown_table(["method", "value"], [["a", 1], ["b", "2.5"]]) == [
+        "| method | value |", "| --- | ---: |", "| a | 1 |", "| b | 2.5 |"]
+    assert markdown_table(["x", "y", "z"], [], "lrl")[1] == "| --- | ---: | --- |"
+    with pytest.raises(ValueError, match="3 columns"):
+        markdown_table(["x", "y", "z"], [], "lr")
