@@ -299,3 +299,43 @@ def test_a_tiny_search_space_is_exhausted_not_paid_for_again():
     assert found.evaluations <= len(digests) + len(HEURISTICS)
     assert len(digests) < 5000 and found.extra["repeats"] > 1000
     assert found.value == best
+
+
+def test_a_move_ranker_chooses_which_drawn_neighbours_are_evaluated():
+    """`rank_moves`: with `draw` k each step draws k times the batch and evaluates the
+    best-ranked; a ranker that keeps the drawing order at k = 1 changes nothing, and one that
+    ranks by the simulator's value (the oracle of experiments/ceilings.py) sends exactly the
+    drawn neighbours of lowest value to evaluation."""
+    problem = PROBLEMS[0]
+    plain = local_search.Climb(problem, 600, 5, heuristics=()).run(600).solution()
+    kept = local_search.Climb(problem, 600, 5, heuristics=(),
+                              rank_moves=lambda climb, drawn: np.arange(len(drawn)))
+    assert kept.run(600).solution().extra == plain.extra
+
+    seen = []
+
+    def oracle(climb, drawn):
+        values = evaluate(problem.graph, problem.devices, drawn, problem.objective)
+        seen.append((len(drawn), climb.batch, np.sort(values)))
+        return values
+
+    climb = local_search.Climb(problem, 600, 5, heuristics=(), rank_moves=oracle, draw=4)
+    real_drawn = climb._drawn
+    chosen = []
+
+    def drawn_and_kept(count):
+        out = real_drawn(count)
+        chosen.append(np.sort(evaluate(problem.graph, problem.devices, out, problem.objective)))
+        return out
+
+    climb._drawn = drawn_and_kept
+    found = climb.run(600).solution()
+    assert found.evaluations <= 600 and seen
+    for (drawn, batch, values), kept_values in zip(seen, chosen):
+        assert drawn == 4 * len(kept_values)
+        np.testing.assert_array_equal(kept_values, values[:len(kept_values)])
+    with pytest.raises(ValueError, match="draw > 1 needs rank_moves"):
+        local_search.Climb(problem, 100, 0, heuristics=(), draw=2)
+    with pytest.raises(ValueError, match=r"got shape \(3,\)"):
+        local_search.Climb(problem, 100, 0, heuristics=(), draw=2,
+                           rank_moves=lambda climb, drawn: np.zeros(3)).run(100)

@@ -206,3 +206,27 @@ def test_fresh_climbs_run_the_seed_free_heuristics_once(problem, monkeypatch):
     assert sorted(calls) == sorted(["gp-dfs", "gp-dfs", *SEEDLESS])
     assert again.extra["lineage_values"] == expected.extra["lineage_values"]
     assert again.extra["lineage_evaluations"] == expected.extra["lineage_evaluations"]
+
+
+def test_every_climb_of_the_race_gets_the_move_ranker(problem):
+    """`climb_options` reach each raced climb: a ranker called by the climbs of
+    `seeded-brkga` sees `draw` times their batches, and one that keeps the drawing order
+    gives the answer of the pipeline without it."""
+    from regal.search.pipeline import solve_seeded_brkga
+
+    calls = []
+
+    def keep_order(climb, drawn):
+        calls.append((climb.seed, len(drawn)))
+        return np.arange(len(drawn))
+
+    plain = solve_seeded_brkga(problem, 1500, 2)
+    same = solve_seeded_brkga(problem, 1500, 2, climb_options=dict(rank_moves=keep_order))
+    timeless = ("polish_time",)
+    assert same.value == plain.value and np.array_equal(same.placement, plain.placement)
+    assert {k: v for k, v in same.extra.items() if k not in timeless} == \
+        {k: v for k, v in plain.extra.items() if k not in timeless}
+    assert {seed for seed, _ in calls} == {2, 3, 4}      # the climb from BRKGA, two fresh ones
+    calls.clear()
+    solve_seeded_brkga(problem, 1500, 2, climb_options=dict(rank_moves=keep_order, draw=3))
+    assert calls and all(size % 3 == 0 for _, size in calls)

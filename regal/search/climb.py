@@ -41,6 +41,11 @@ tensors live on it at one instant, a few percent of the ops. So:
    `REPEATS_PER_EVALUATION` per evaluation of the budget (a tiny graph runs out of schedules).
 5. After `patience` neighbours (evaluated or looked up) without improvement, restart from the
    best with a random kick (some ops moved, some priorities swapped).
+6. Optionally a move ranker (`rank_moves`) chooses which neighbours are evaluated: each step
+   draws `draw` times the batch, the ranker scores them (lower is better) and the batch's
+   best-ranked ones are evaluated. Drawing costs no evaluation; the ranker's own work is its
+   business. This is the seam for learned move guidance, and for its oracle ceiling
+   (`experiments/ceilings.py`: a ranker that simulates every drawn neighbour for free).
 
 Colocation groups move as a whole and pinned groups never move; a heuristic start that
 breaks a group is projected with `regal.decode.respect_colocation`. No more than `budget`
@@ -87,8 +92,13 @@ class Climb:
     def __init__(self, problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
                  patience: int | None = None, heuristics=HEURISTICS, etf_max_ops: int = 1000,
                  directed: float = 0.85, initial=None, should_stop=None,
-                 known: dict | None = None) -> None:
+                 known: dict | None = None, rank_moves=None, draw: int = 1) -> None:
         check_budget(budget)
+        if int(draw) != draw or draw < 1:
+            raise ValueError(f"draw must be a positive integer, got {draw}")
+        if draw > 1 and rank_moves is None:
+            raise ValueError("draw > 1 needs rank_moves, which chooses among the drawn")
+        self.rank_moves, self.draw = rank_moves, int(draw)
         if int(batch_size) != batch_size or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
         if not 0.0 <= directed <= 1.0:
@@ -171,6 +181,17 @@ class Climb:
         self.moves.placement = placement
         self.moves.facts = peak_facts(self.problem, placement, prio, tprio)
 
+    def _drawn(self, count: int) -> np.ndarray:
+        """The `count` neighbours of the incumbent to evaluate: as drawn without a move ranker,
+        else the best-ranked `count` of `draw * count` drawn (ties keep the drawing order)."""
+        drawn = self.moves.neighbours(self.current, count * self.draw, self.directed)
+        if self.rank_moves is None:
+            return drawn
+        ranks = np.asarray(self.rank_moves(self, drawn), dtype=np.float64)
+        if ranks.shape != (len(drawn),):
+            raise ValueError(f"rank_moves: expected {len(drawn)} scores, got shape {ranks.shape}")
+        return drawn[np.argsort(ranks, kind="stable")[:count]]
+
     def run(self, budget: int, progress=None, should_stop=None) -> "Climb":
         """Climbs until this lineage has spent `budget` evaluations in all (its starts
         included), `should_stop()` says so, or `REPEATS_PER_EVALUATION * budget` neighbours
@@ -188,7 +209,7 @@ class Climb:
                 self._refresh(self.current)
                 continue
             count = min(self.batch, budget - self.used)
-            candidates = self.moves.neighbours(self.current, count, self.directed)
+            candidates = self._drawn(count)
             keys, cost = self._score(candidates)
             self.used += cost
             self.steps += 1

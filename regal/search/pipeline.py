@@ -35,7 +35,8 @@ def _best_of(*solutions: Solution | None) -> Solution:
 def race_climbs(problem: Problem, found: Solution, budget: int, seed: int, *,
                 fresh_climbs: int = 0, race=(), time_left: float | None = None,
                 progress: Callable[[int, float], None] | None = None,
-                should_stop: Callable[[], bool] | None = None) -> Solution:
+                should_stop: Callable[[], bool] | None = None,
+                climb_options: dict | None = None) -> Solution:
     """`found` improved by climbs with `budget` more evaluations; never worse than `found`.
 
     Without `fresh_climbs` one climb from `found` spends it all. Otherwise climbs race by
@@ -49,8 +50,10 @@ def race_climbs(problem: Problem, found: Solution, budget: int, seed: int, *,
     `time_left`, the seconds until the deadline that `should_stop` enforces, each climb's
     turn ends by its share of the time left once the climbs are built (their heuristic starts
     take time of their own) too. The answer counts every evaluation; `extra` keeps
-    `found`'s and adds the climbs' (keys named `polish_*`, as records store them)."""
+    `found`'s and adds the climbs' (keys named `polish_*`, as records store them).
+    `climb_options` go to every `Climb` (a move ranker: `rank_moves`, `draw`)."""
     fresh_climbs, race = check_race(fresh_climbs, race)
+    climb_options = dict(climb_options or {})
     start = time.perf_counter()
     spent, budget = int(found.evaluations), int(budget)
     # fresh climbs pay for their starts: under 8 evaluations each they are not worth it
@@ -86,13 +89,13 @@ def race_climbs(problem: Problem, found: Solution, budget: int, seed: int, *,
         return report
 
     first = budget if not fresh_climbs else max(1, int(budget * race[0]))
-    climbs.append(Climb(problem, first, seed, heuristics=(), initial=[found]))
+    climbs.append(Climb(problem, first, seed, heuristics=(), initial=[found], **climb_options))
     known: dict = {}    # the seed-free heuristics' answers, run once for every fresh climb
     for k in range(fresh_climbs):
         if should_stop is not None and should_stop():
             break
         climbs.append(Climb(problem, first, seed + 1 + k, should_stop=should_stop,
-                            known=known))
+                            known=known, **climb_options))
     raced_from = time.perf_counter()
     alive = list(range(len(climbs)))
     allotted, before = 0.0, 0.0
@@ -140,13 +143,14 @@ def run_pipeline(problem: Problem, budget: int, seed: int, params: dict, *,
                  schedule: Schedule = DEFAULT_SCHEDULE, time_limit: float | None = None,
                  started: float | None = None,
                  progress: Callable[[int, float], None] | None = None,
-                 should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
+                 should_stop: Callable[[], bool] | None = None,
+                 climb_options: dict | None = None, **brkga_options) -> Solution:
     """`brkga_phase` with `params` on BRKGA's share of the budget (and of `time_limit`
     seconds from `started`, default now), then `race_climbs` on whatever BRKGA left (the
     schedule's share, or more when the time limit ended BRKGA early); `extra["stopped_by"]`
     under a time limit (`phase_stops`). BRKGA always gets what its reference and seeds need
     (at least its `spent` evaluations plus a population of max(3, seeds)), taken from the
-    climbs."""
+    climbs. `climb_options` go to the climbs (`race_climbs`)."""
     from regal.optimizers import check_time_limit
 
     if time_limit is not None:
@@ -165,7 +169,7 @@ def run_pipeline(problem: Problem, budget: int, seed: int, params: dict, *,
         time_left = None if time_limit is None else started + time_limit - time.perf_counter()
         found = race_climbs(problem, found, left, seed, fresh_climbs=schedule.fresh_climbs,
                             race=schedule.race, time_left=time_left, progress=progress,
-                            should_stop=last_stop)
+                            should_stop=last_stop, climb_options=climb_options)
     if time_limit is not None:
         found = dataclasses.replace(found, extra=dict(found.extra, stopped_by=stopped_by()))
     return found
@@ -174,11 +178,12 @@ def run_pipeline(problem: Problem, budget: int, seed: int, params: dict, *,
 def solve_seeded_brkga(problem: Problem, budget: int, seed: int = 0, *,
                        polish_share: float | None = None, fresh_climbs: int | None = None,
                        race=None, time_limit: float | None = None, progress=None,
-                       should_stop=None, **brkga_options) -> Solution:
+                       should_stop=None, climb_options: dict | None = None,
+                       **brkga_options) -> Solution:
     """`regal` without the policy: plain uniform BRKGA whose first population holds the
     reference heuristics' solutions (`regal.policy.reference`, whose evaluations count in the
     budget), then the same race of climbs (`polish_share`, `fresh_climbs`, `race`: the
-    schedule's fields; defaults `DEFAULT_SCHEDULE`)."""
+    schedule's fields; defaults `DEFAULT_SCHEDULE`; `climb_options` as in `run_pipeline`)."""
     from regal.policy.reference import reference_for
 
     started = time.perf_counter()
@@ -188,7 +193,8 @@ def solve_seeded_brkga(problem: Problem, budget: int, seed: int = 0, *,
     params = dict(initial=reference.seeds, spent=reference.evaluations)
     found = run_pipeline(problem, int(budget), seed, params, schedule=schedule,
                          time_limit=time_limit, started=started, progress=progress,
-                         should_stop=should_stop, **brkga_options)
+                         should_stop=should_stop, climb_options=climb_options,
+                         **brkga_options)
     extra = dict(found.extra, reference_source=reference.source,
                  reference_value=reference.value)
     return dataclasses.replace(found, method="seeded-brkga", seed=seed, extra=extra)
