@@ -16,7 +16,7 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # a CPU figure, even on a GPU
 
 import numpy as np  # noqa: E402
 
-from regal.graph import GraphBuilder  # noqa: E402
+from regal.graph_builder import GraphBuilder  # noqa: E402
 from regal.policy import Policy  # noqa: E402
 from regal.policy.inference import NumpyPolicy  # noqa: E402
 from regal.policy.features import graph_features  # noqa: E402

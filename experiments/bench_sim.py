@@ -106,7 +106,7 @@ import time
 t0 = time.perf_counter()
 from regal.sim import DeviceSpec, evaluate, simulate, trace
 import numpy as np
-from regal.graph import GraphBuilder
+from regal.graph_builder import GraphBuilder
 b = GraphBuilder(); a = b.add_op('a', 1.0); b.add_output(a, 8)
 c = b.add_op('c', 1.0); b.add_input(c, a); b.add_output(c, 8); g = b.build()
 dv = DeviceSpec(2)

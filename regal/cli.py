@@ -161,7 +161,7 @@ def cmd_optimize(args) -> int:
                                 run=args.run, trust_code=args.trust_code)
     imported = graph  # what `regal apply` re-imports: the user's constraints come on top
     if args.pin or args.colocate:
-        from regal.graph import with_constraints
+        from regal.constraints import with_constraints
         graph = with_constraints(graph, pins=parse_pins(args.pin),
                                  colocate=[c.split(",") for c in args.colocate or ()],
                                  num_devices=args.devices)

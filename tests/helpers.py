@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from regal.graph import ComputationGraph, GraphBuilder
+from regal.graph import ComputationGraph
+from regal.graph_builder import GraphBuilder
 
 __all__ = ["ROOT", "random_graph", "random_case", "one_synthetic_graph",
            "brkga_and_local_search_run", "refused", "run_regal", "one_error_line",

@@ -11,7 +11,7 @@ from helpers import random_case, random_graph
 from regal import synth
 from regal.bounds import (Bound, format_bound, gap_to_bound, lower_bound, op_working_sets,
                           packing_bound)
-from regal.graph import GraphBuilder
+from regal.graph_builder import GraphBuilder
 from regal.sim import DeviceSpec, evaluate, simulate
 
 

@@ -17,7 +17,7 @@ from regal.search.moves import peak_facts
 from regal.search.starts import HEURISTICS, initial_solutions
 from regal import synth
 from regal.decode import encode
-from regal.graph import GraphBuilder
+from regal.graph_builder import GraphBuilder
 from regal.optimizers import Problem, solve
 from regal.sim import DeviceSpec, evaluate
 

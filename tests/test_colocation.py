@@ -10,9 +10,10 @@ import pytest
 
 import regal.sim as sim
 from regal.cli import main
+from regal.constraints import with_constraints
 from regal.decode import colocation_violation, decode, encode, respect_colocation
-from regal.graph import (GraphBuilder, GraphError, build_graph, group_leaders,
-                         with_constraints)
+from regal.graph import GraphError, build_graph, group_leaders
+from regal.graph_builder import GraphBuilder
 from regal.io.native import graph_to_arrays, read_native, write_native
 from regal.optimizers import Problem, Solution, round_robin, single_device, solve
 from regal.sim import DeviceSpec

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from regal import synth
-from regal.graph import GraphBuilder
+from regal.graph_builder import GraphBuilder
 from regal.optimizers import Problem, score, single_device, solve
 from regal.sim import DeviceSpec, evaluate
 

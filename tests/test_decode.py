@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from regal.decode import decode, encode, num_genes, rank_normalize
-from regal.graph import GraphBuilder
+from regal.graph_builder import GraphBuilder
 
 
 def chain(n):

@@ -157,7 +157,7 @@ def test_a_second_training_run_in_one_folder_is_refused_before_any_work(tmp_path
     if resume:
         (run / "checkpoint.npz").write_bytes(b"")
     monkeypatch.setattr(regal.tfenv, "quiet_native_logs", forbidden)
-    monkeypatch.setattr(regal.train, "graph_source", forbidden)
+    monkeypatch.setattr(regal.train.loop, "graph_source", forbidden)
     argv = ["train", "--resume", str(run)] if resume else \
         ["train", "--train", "train:3", "--val", "valid:1", "--out", str(run)]
     with held_lock(run):

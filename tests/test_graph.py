@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import random_graph
-from regal.graph import GraphBuilder, GraphError, build_graph, summarize
+from regal.graph import GraphError, build_graph, summarize
+from regal.graph_builder import GraphBuilder
 from regal import graph as graph_module
 
 

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import random_graph
-from regal.graph import GraphBuilder, GraphError
+from regal.graph import GraphError
+from regal.graph_builder import GraphBuilder
 from regal.io import costgraph
 from regal.io.costgraph import (parse_costgraph_bytes, parse_costgraph_text, to_costgraph_bytes,
                                 to_costgraph_text)

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import random_graph
-from regal.graph import GraphBuilder, GraphError
+from regal.graph import GraphError
+from regal.graph_builder import GraphBuilder
 from regal.io import SUFFIXES, load_graph, save_graph
 from regal.io.native import FORMAT_VERSION, graph_to_arrays, read_native, write_native
 from helpers import experiment, npz_with_member

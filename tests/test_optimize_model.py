@@ -241,7 +241,7 @@ def test_solution_with_pins_applies_to_the_unpinned_model(keras3, tmp_path, caps
 
 
 def test_solution_record_keeps_the_imported_fingerprint():
-    from regal.graph import with_constraints
+    from regal.constraints import with_constraints
     from regal.measure import check_solution
     from regal.synth import random_dag
 

@@ -9,7 +9,7 @@ import pytest
 from regal import optimizers as opt
 from regal.cli import main
 from regal.decode import decode
-from regal.graph import GraphBuilder
+from regal.graph_builder import GraphBuilder
 from regal.sim import DeviceSpec, simulate, trace
 from regal.synth import generate
 
@@ -358,7 +358,7 @@ def test_cli_missing_file_exits_2(tmp_path):
 def test_one_device_yardstick_ignores_pins_and_takes_the_roomiest_device():
     """Item 12 of issue 36: the one-device figures are the whole graph on one device, the
     same with or without the user's pins, and judged against the largest device's limit."""
-    from regal.graph import with_constraints
+    from regal.constraints import with_constraints
 
     graph = generate("cnn", 60, 0)
     plain = opt.one_device(opt.Problem(graph, DeviceSpec(2)))

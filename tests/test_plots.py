@@ -255,7 +255,7 @@ def test_many_devices_draw_copies_per_destination(tmp_path, drawn_figures):
 def _four_chains(base_bytes: float, sizes, costs, limits):
     """Four identical chains (op j: cost costs[j], output sizes[j] x `base_bytes`, a hair
     bigger per chain) pinned one per device: four nearly equal peaks at one instant."""
-    from regal.graph import GraphBuilder
+    from regal.graph_builder import GraphBuilder
 
     b = GraphBuilder()
     for k in range(4):

@@ -11,7 +11,7 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"  # before TensorFlow loads: Keras 2 (tf-
 import numpy as np
 import pytest
 
-from regal.graph import GraphBuilder
+from regal.graph_builder import GraphBuilder
 from regal.policy.features import (EDGE_FEATURES, NODE_FEATURES, BYTES_SCALE, COUNT_SCALE,
                                    graph_features, op_type_ids)
 from helpers import randomise_heads

@@ -15,7 +15,7 @@ import pytest
 from scipy import stats
 
 from regal.decode import decode
-from regal.graph import GraphBuilder
+from regal.graph_builder import GraphBuilder
 from regal.optimizers import Problem, solve
 from regal.policy.distributions import (BetaParams, argmax_probabilities, beta_entropy,
                                         beta_log_prob, beta_sample, categorical_entropy,

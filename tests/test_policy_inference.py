@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from regal import synth
-from regal.graph import GraphBuilder
+from regal.graph_builder import GraphBuilder
 from regal.policy.features import graph_features
 from regal.policy.inference import NumpyPolicy
 from helpers import randomise_heads

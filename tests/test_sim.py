@@ -8,7 +8,7 @@ import numba
 import numpy as np
 import pytest
 
-from regal.graph import GraphBuilder
+from regal.graph_builder import GraphBuilder
 from regal.decode import num_genes
 from regal.sim import DeviceSpec, evaluate, infeasible_offset, simulate, trace
 from sim_reference import reference_simulate, relative_close

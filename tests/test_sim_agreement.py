@@ -178,7 +178,7 @@ def test_evaluate_with_byte_counts_beyond_int32():
 def _with_random_constraints(rng, graph, count):
     """The graph with random colocation groups (about a third of the ops joined) and, half
     the time, pins on a few of its ops (devices in 0..count-1)."""
-    from regal.graph import with_constraints
+    from regal.constraints import with_constraints
 
     names = graph.names.tolist()
     n = len(names)

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from regal.graph import GraphBuilder
+from regal.graph_builder import GraphBuilder
 from sim_reference import (infeasible_offset, reference_decode, reference_objective,
                            reference_simulate)
 

@@ -145,7 +145,7 @@ def test_families_look_like_networks():
 
 def test_training_graph_by_hand():
     """x (placeholder) -> y (weights 10) -> z: hand-derived backward pass."""
-    from regal.graph import GraphBuilder
+    from regal.graph_builder import GraphBuilder
     b = GraphBuilder()
     x = b.add_op("x", 1, op_type="Placeholder")
     y = b.add_op("y", 3, persistent_memory=10, op_type="MatMul")

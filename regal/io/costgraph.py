@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory, text_format
 
-from regal.graph import ComputationGraph, GraphBuilder, GraphError
+from regal.graph import ComputationGraph, GraphError
+from regal.graph_builder import GraphBuilder
 
 __all__ = [
     "CostGraphDef", "parse_costgraph_text", "parse_costgraph_bytes", "costgraph_to_graph",

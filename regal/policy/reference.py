@@ -9,8 +9,9 @@ next device" and "avoid" mean the same thing whatever the devices are called.
 
 Per (graph, devices, objective) the reference is the best, by the simulator's score, of a
 few cheap heuristics (`CANDIDATES`; each costs one model evaluation, counted in the
-method's budget): a memory-balanced contiguous split of the topological order, the same
-split ordered depth-first, m-topo and gp-dfs (through `regal.optimizers.solve`).
+method's budget): a memory-balanced contiguous split of the topological order
+(`regal.search.starts.balanced_runs`), the same split ordered depth-first, m-topo and gp-dfs
+(through `regal.optimizers.solve`).
 
 Canonical labels: the reference's devices are relabelled by first use in the topological
 order (label 0 = the device of the first op in `graph.topo_order`; unused devices take the
@@ -31,10 +32,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from regal.graph import ComputationGraph, op_bytes
+from regal.graph import ComputationGraph
 
 __all__ = ["Reference", "CANDIDATES", "compute_reference", "reference_for", "as_device_spec",
-           "canonical_labels", "order_keys", "balanced_runs", "align_labels"]
+           "canonical_labels", "order_keys", "align_labels"]
 
 CANDIDATES = ("balanced-topo", "balanced-dfs", "m-topo", "gp-dfs")
 
@@ -75,22 +76,6 @@ def order_keys(priority: np.ndarray) -> np.ndarray:
     keys = np.empty(n)
     keys[ascending] = (np.arange(n) + 0.5) / n
     return keys
-
-
-def balanced_runs(graph: ComputationGraph, d: int) -> np.ndarray:
-    """The topological order cut into `d` consecutive runs of near-equal memory (the bytes an
-    op holds: persistent, temporary and its own outputs), then projected onto the graph's
-    colocation groups and pins."""
-    from regal.decode import respect_colocation
-
-    memory = op_bytes(graph)[graph.topo_order]
-    cumulative = np.cumsum(memory)
-    total = cumulative[-1] if len(cumulative) and cumulative[-1] > 0 else 1
-    run = np.minimum((d * (cumulative - memory / 2) / total).astype(np.int64), d - 1)
-    placement = np.empty(graph.num_nodes, np.int32)
-    placement[graph.topo_order] = run
-    return np.asarray(respect_colocation(graph, placement), np.int32) if graph.constrained \
-        else placement
 
 
 def align_labels(reference_labels: np.ndarray, placement: np.ndarray, d: int) -> np.ndarray:
@@ -161,6 +146,7 @@ class Reference:
 
 def _candidate_solutions(problem) -> list:
     from regal.optimizers import Solution, score, solve
+    from regal.search.starts import balanced_runs
 
     graph, d = problem.graph, problem.devices.count
     out = []

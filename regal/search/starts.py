@@ -10,22 +10,12 @@ from regal.graph import op_bytes
 from regal.optimizers import Problem, roomiest_device
 from regal.search.moves import ranks, rerank
 
-__all__ = ["HEURISTICS", "SEEDLESS", "initial_solutions", "given_starts", "heuristic_starts",
-           "conforming"]
+__all__ = ["HEURISTICS", "SEEDLESS", "balanced_runs", "initial_solutions", "given_starts",
+           "heuristic_starts", "conforming"]
 
 HEURISTICS = ("gp-dfs", "m-topo", "m-etf")
 # heuristics whose answer does not depend on the seed: climbs of one problem may share them
 SEEDLESS = ("m-topo", "m-etf")
-
-
-def _balanced_runs(graph, d: int) -> np.ndarray:
-    memory = op_bytes(graph)
-    cumulative = np.cumsum(memory[graph.topo_order])
-    total = cumulative[-1] if cumulative[-1] > 0 else 1
-    device = np.minimum((d * (cumulative - memory[graph.topo_order] / 2) / total).astype(int), d - 1)
-    placement = np.empty(graph.num_nodes, np.int32)
-    placement[graph.topo_order] = device
-    return placement
 
 
 def conforming(graph, placement: np.ndarray) -> np.ndarray:
@@ -36,12 +26,26 @@ def conforming(graph, placement: np.ndarray) -> np.ndarray:
     return respect_colocation(graph, placement)
 
 
+def balanced_runs(graph, d: int) -> np.ndarray:
+    """The topological order cut into `d` consecutive runs of near-equal memory (the bytes an
+    op holds: persistent, temporary and its own outputs, `op_bytes`), then projected onto the
+    graph's colocation groups and pins (`conforming`). A climb's first start, and the
+    policy's reference candidates (`regal.policy.reference`)."""
+    memory = op_bytes(graph)[graph.topo_order]
+    cumulative = np.cumsum(memory)
+    total = cumulative[-1] if len(cumulative) and cumulative[-1] > 0 else 1
+    run = np.minimum((d * (cumulative - memory / 2) / total).astype(np.int64), d - 1)
+    placement = np.empty(graph.num_nodes, np.int32)
+    placement[graph.topo_order] = run
+    return conforming(graph, placement)
+
+
 def initial_solutions(problem: Problem) -> np.ndarray:
     """Chromosomes of the model-free starts: memory-balanced topological runs, and every op
     on the roomiest device (`regal.optimizers.roomiest_device`)."""
     graph, d = problem.graph, problem.devices.count
     priority = ranks(graph.topo_order)
-    runs = encode(conforming(graph, _balanced_runs(graph, d)), priority, priority, d)
+    runs = encode(balanced_runs(graph, d), priority, priority, d)
     one = np.full(graph.num_nodes, roomiest_device(problem), np.int32)
     single = encode(conforming(graph, one), priority, priority, d)
     return np.stack([runs, single]) if d > 1 else single[None, :]

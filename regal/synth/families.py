@@ -13,7 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from regal.graph import ComputationGraph, GraphBuilder, build_graph
+from regal.graph import ComputationGraph, build_graph
+from regal.graph_builder import GraphBuilder
 
 __all__ = ["random_dag", "layered_cnn", "inception_like", "transformer_like"]
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import tensorflow as tf  # loaded by the package's __init__, through regal.tfenv
 
-from regal.graph import ComputationGraph, GraphBuilder, GraphError
+from regal.graph import ComputationGraph, GraphError
+from regal.graph_builder import GraphBuilder
 from regal.io.tensorflow.costs import BYTES_PER_US, FLOPS_PER_US, LAUNCH_US, _flops
 from regal.io.tensorflow.forwarding import with_forwarding
 from regal.io.tensorflow.ops import (_CALL_OPS, _FORWARD_OPS, _FREE_OPS, _OPAQUE_OUTPUTS,
