@@ -217,6 +217,8 @@ METHODS: dict[str, Callable | str] = {
     "tuned-brkga": "baselines.tuned_brkga:solve",
     "m-topo": "baselines.m_topo:solve",
     "m-etf": "baselines.m_etf:solve",
+    "layer-split": "baselines.layer_split:solve",
+    "layer-split-compute": "baselines.layer_split:solve_compute",
     "regal": "regal.regal_method:solve_regal",
     "seeded-brkga": "regal.search.pipeline:solve_seeded_brkga",
 }

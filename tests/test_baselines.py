@@ -24,7 +24,8 @@ from regal.sim import DeviceSpec, evaluate
 
 from helpers import random_graph
 
-MY_METHODS = ("cpsat", "gp-dfs", "local-search", "tuned-brkga", "m-topo", "m-etf")
+MY_METHODS = ("cpsat", "gp-dfs", "local-search", "tuned-brkga", "m-topo", "m-etf", "layer-split",
+              "layer-split-compute")
 
 
 # ---------------------------------------------------------------------------
