@@ -423,6 +423,7 @@ def main(argv=None) -> int:
               "fresh_climbs": DEFAULT_SCHEDULE.fresh_climbs, "race": list(DEFAULT_SCHEDULE.race)}
     regal_opts = {"policy_dir": policy_dir, "policy_hash": policy_hash, **polish}
     method_options = {"regal": regal_opts, "seeded-brkga": polish,
+                      "regal-paper": {"policy_dir": policy_dir, "policy_hash": policy_hash},
                       **({"cpsat": {"time_limit": cfg["cpsat_time"]}} if "cpsat" in methods
                          else {})}
 

@@ -220,6 +220,7 @@ METHODS: dict[str, Callable | str] = {
     "layer-split": "baselines.layer_split:solve",
     "layer-split-compute": "baselines.layer_split:solve_compute",
     "regal": "regal.regal_method:solve_regal",
+    "regal-paper": "regal.regal_method:solve_regal_paper",
     "seeded-brkga": "regal.search.pipeline:solve_seeded_brkga",
 }
 

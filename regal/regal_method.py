@@ -29,7 +29,7 @@ from regal.optimizers import Problem, Solution
 __all__ = ["DEFAULT_POLICY_DIR", "REPO_ROOT", "UNIFORM_MUTANT_FRACTION", "default_policy_dir",
            "same_policy_dir", "resolve_policy_dir", "portable_policy_dir",
            "policy_content_hash", "load_policy", "solve_regal", "ablated_action",
-           "search_params"]
+           "search_params", "solve_regal_paper"]
 
 # the source tree this package lives in (editable install or a clone) and its data/policy/
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -200,3 +200,15 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
                  policy_source=source, reference_source=reference.source,
                  reference_value=reference.value, reference_evaluations=reference.evaluations)
     return dataclasses.replace(found, extra=extra)
+
+
+def solve_regal_paper(problem: Problem, budget: int, seed: int = 0, **options) -> Solution:
+    """The paper's configuration: the policy's BRKGA on the whole budget, no climbs (REGAL as
+    published, Paliwal et al. 2020), kept runnable by name (`regal-paper`) beside the
+    pipeline. `solve_regal` with `polish_share` 0; `options` are its other options."""
+    if "polish_share" in options:
+        raise ValueError("polish_share: regal-paper spends the whole budget on BRKGA; use "
+                         "the regal method to give the climbs a share")
+    found = solve_regal(problem, budget, seed, polish_share=0.0, **options)
+    return dataclasses.replace(found, method="regal-paper")
+

@@ -265,3 +265,19 @@ def test_losses_by_hand():
     assert float(loss) == pytest.approx(-(0 * -1 + -1 * -2 + 1 * -3) / 3 - 0.05)
     grads = [float(g) for g in tape.gradient(loss, log_probs)]
     assert grads == pytest.approx([0.0, 1 / 3, -1 / 3])
+
+
+def test_the_papers_configuration_runs_by_name_as_regal_without_climbs():
+    """`regal-paper`: the policy's BRKGA on the whole budget, no climbs; the `regal` method
+    with polish_share 0, draw for draw."""
+    from regal import optimizers, synth
+    from regal.sim import DeviceSpec
+
+    problem = optimizers.Problem(synth.random_dag(60, 3), DeviceSpec(2))
+    paper = optimizers.solve("regal-paper", problem, 400, 1)
+    same = optimizers.solve("regal", problem, 400, 1, polish_share=0.0)
+    assert paper.method == "regal-paper" and paper.value == same.value
+    assert np.array_equal(paper.placement, same.placement)
+    assert "polish_evaluations" not in paper.extra and paper.evaluations <= 400
+    with pytest.raises(ValueError, match="polish_share"):
+        optimizers.solve("regal-paper", problem, 400, 1, polish_share=0.5)
