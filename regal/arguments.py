@@ -264,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(every search method; cpsat's own limit; one-shot heuristics "
                         "just run)")
     p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--no-fit-search", action="store_true",
+                   help="when the answer is over the memory limits, do not look for the "
+                        "smallest device count that fits (10 s at most)")
     p.add_argument("--out", metavar="JSON", help="write the solution here")
     p.add_argument("--plot", metavar="PNG", help="draw memory over time and a Gantt chart")
     p.add_argument("--pin", action="append", metavar="OP=DEVICE",

@@ -126,6 +126,23 @@ def _takes(method, name: str) -> bool:
     return name in inspect.signature(method).parameters
 
 
+def _fit_search(problem, budget, seed):
+    """`regal.fit_search.smallest_device_count` at min(budget, FIT_BUDGET) evaluations per
+    device count, with a progress bar (shown only when it takes more than a second)."""
+    from tqdm import tqdm
+
+    from regal.fit_search import FIT_BUDGET, fit_cap, smallest_device_count
+
+    d = problem.devices.count
+    cap = fit_cap(d)
+    with tqdm(total=cap - d + 1, unit="count", desc="smallest device count that fits",
+              leave=False, delay=1.0) as bar:
+        def progress(count):  # the counts before this one are done
+            bar.update(count - d - bar.n)
+        return smallest_device_count(problem, min(budget or FIT_BUDGET, FIT_BUDGET), seed,
+                                     cap=cap, progress=progress)
+
+
 def cmd_optimize(args) -> int:
     from tqdm import tqdm
 
@@ -205,8 +222,11 @@ def cmd_optimize(args) -> int:
             plot_solution(problem, solution, tmp, title=f"{args.graph} ({args.method})")
         written.append(args.plot)
     references = optimizers.reference_solutions(problem)
+    fit = None
+    if not solution.feasible and not args.no_fit_search:
+        fit = _fit_search(problem, budget, args.seed)
     print(f"{args.graph}: {graph.num_nodes:,} ops on {devices.count} devices")
-    print("\n".join(optimizers.describe(problem, solution, references)))
+    print("\n".join(optimizers.describe(problem, solution, references, fit=fit)))
     if solution.extra.get("stopped_by") == "time_limit":
         print(f"stopped at the time limit ({args.time_limit:g} s)")
     elif solution.extra.get("stopped_by") == "budget":

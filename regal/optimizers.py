@@ -1,6 +1,6 @@
 """Every method behind one interface (docs/design.md §6): `solve(method, problem, budget, seed)`,
 the registry of methods, the two methods of plain search (BRKGA, random) and the trivial
-yardsticks (one device, round robin).
+yardsticks (one device, round robin; `reference_solutions` adds layer-split).
 
 A method is a function `method(problem, budget, seed, **options) -> Solution`
 (options may include `progress(evaluations, best)`, and for searches `should_stop()`, which
@@ -86,8 +86,10 @@ def one_device(problem: Problem) -> Solution:
 
 
 def reference_solutions(problem: Problem) -> list[Solution]:
-    """The yardsticks `regal optimize` compares its answer with: one device, round robin."""
-    return [one_device(problem), round_robin(problem)]
+    """The yardsticks `regal optimize` compares its answer with: one device, round robin, and
+    `layer-split`, the split a person makes by hand (at most 2 evaluations: the split balanced
+    by memory, and under limits it misses, the split balanced against them)."""
+    return [one_device(problem), round_robin(problem), solve("layer-split", problem, 2, 0)]
 
 
 def round_robin(problem: Problem) -> Solution:

@@ -30,12 +30,16 @@ def _over_limits(problem: Problem, solution: Solution) -> str:
             f"{_bytes(limits[k])} limit")
 
 
-def describe(problem: Problem, solution: Solution, references: list[Solution]) -> list[str]:
+def describe(problem: Problem, solution: Solution, references: list[Solution],
+             fit=None) -> list[str]:
     """Lines that `regal optimize` prints: the peak memory (per device, against its limit)
     and the step time (makespan), each beside the whole graph on one device (`one_device`),
-    whether the answer fits and by how much it does not, and its gain over each reference.
+    whether the answer fits and by how much it does not, and its gain over each reference
+    (over `layer-split`, the split a person makes by hand, in words: `_against_layer_split`).
     Each figure is a peak or a time, never a ranking penalty, and a figure over a limit says
-    whose and which. Every figure in human units (KiB/MiB/GiB, us/ms/s)."""
+    whose and which. Every figure in human units (KiB/MiB/GiB, us/ms/s). `fit`: a
+    `regal.fit_search.FitSearch` for an answer over the limits, whose lines (the smallest
+    device count that fits) follow the overflow's."""
     from regal.units import format_change, format_duration_us
     limits = problem.devices.limits
     one = next((ref for ref in references if ref.method == "one-device"), None)
@@ -76,10 +80,16 @@ def describe(problem: Problem, solution: Solution, references: list[Solution]) -
         lines.append(f"feasible: NO - {_over_limits(problem, solution)} "
                      f"({_bytes(solution.overflow)} over the limits, summed over devices)")
         lines.append(f"smallest overflow found: {_bytes(least.overflow)} ({least.method})")
+        if fit is not None:
+            from regal.fit_search import describe_fit
+            lines += describe_fit(fit)
     human = _bytes if problem.objective == "peak_memory" else format_duration_us
     for ref in references:
         if ref.method == "one-device":
             continue  # beside every figure above
+        if ref.method == "layer-split":
+            lines.append(_against_layer_split(problem, solution, ref))
+            continue
         figure, mine = _figure(problem.objective, ref), _figure(problem.objective, solution)
         if ref.feasible and solution.feasible or problem.objective == "peak_memory":
             gain = f"{(figure - mine) / figure * 100:+.2f}%" if figure else "+0.00%"
@@ -88,6 +98,29 @@ def describe(problem: Problem, solution: Solution, references: list[Solution]) -
         note = "" if ref.feasible else f", does not fit: {_over_limits(problem, ref)}"
         lines.append(f"improvement over {ref.method} ({human(figure)}{note}): {gain}")
     return lines
+
+
+def _against_layer_split(problem: Problem, solution: Solution, split: Solution) -> str:
+    """'step time vs layer-split: 4.10 ms (fits) -> this placement is 12.3% shorter', or
+    'layer-split does not fit: device 1 is 3.20 MiB over its 20.00 MiB limit' (the
+    objective's figure: peak memory is 'lower'/'higher')."""
+    from regal.units import format_duration_us
+    peak = problem.objective == "peak_memory"
+    name, human = ("peak memory", _bytes) if peak else ("step time", format_duration_us)
+    figure, mine = _figure(problem.objective, split), _figure(problem.objective, solution)
+    if not split.feasible:
+        return (f"layer-split does not fit: {_over_limits(problem, split)} ({name} "
+                f"{human(figure)})" + (" -> this placement fits" if solution.feasible else ""))
+    fits = " (fits)" if problem.devices.limits is not None else ""
+    head = f"{name} vs layer-split: {human(figure)}{fits} -> "
+    if not solution.feasible:
+        return head + "layer-split fits, this placement does not"
+    change = (figure - mine) / figure * 100 if figure else 0.0
+    if round(change, 1) == 0:
+        return head + "the same as this placement's (within 0.1%)"
+    word = ("lower" if change > 0 else "higher") if peak else \
+        ("shorter" if change > 0 else "longer")
+    return head + f"this placement is {abs(change):.1f}% {word}"
 
 
 def smallest_overflow(candidates: list[Solution]) -> Solution:
