@@ -1,0 +1,286 @@
+"""Ceilings of the levers a policy could pull in REGAL's pipeline, measured with oracles.
+
+Why (tracker issue 38): the shipped policy shapes BRKGA's tenth of the budget and adds about
+nothing over its no-policy twin (`seeded-brkga`). Before learning another decision, this
+script bounds what a perfect one would give, in points of the twin's value
+(100 * (twin - lever) / twin per graph, from the means over seeds):
+
+    move guidance   the climbs draw `k` times their batch and an oracle ranks the drawn
+                    neighbours by their true value (simulated for free), so the batch that is
+                    evaluated (and paid for) is the best of k x batch: what a perfect learned
+                    local advantage function would choose (`Climb(rank_moves=, draw=)`).
+                    Arms `move-oracle-4`, `move-oracle-16`.
+    schedule        the best of a grid of schedules per graph (BRKGA's share, fresh climbs,
+                    population): `brkga-only`, `brkga-50`, `brkga-3` (BRKGA on 3% of the
+                    budget), `one-climb`, `four-fresh`, `population-50`, and the twin's own.
+                    Two figures: the in-sample oracle (the best grid point on the very seeds
+                    it is scored on, an upper bound inflated by seed noise) and the held-out
+                    seed choice (the grid point chosen on the other seeds, scored on this
+                    one: what a per-graph choice from the graph alone can hope for).
+    solution prior  the shipped policy (`regal` - twin): what the prior gives now; its oracle
+                    ceiling (the best-known solution as the prior) is in
+                    data/policy/README.md, "Could a prior steer the climbs?".
+
+Objectives: peak memory, and running time with every device under a memory limit of
+`--limit-factor` (1.2) x the reference heuristics' best peak (the transfer tables' rule for
+graphs without a best-known store). Every run is one JSON line in `--records` (resumable: a
+line already there is not run again); the table goes to stdout and to `--out`.
+
+    python experiments/ceilings.py --graphs runs/transfer_graphs/synth_valid_40 \\
+        --limit 20 --budgets 1000 5000 --seeds 2 --out experiments/results/ceilings.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from regal.files import JsonLinesWriter, write_text  # noqa: E402
+from regal.io import load_graph  # noqa: E402
+from regal.report import markdown_table  # noqa: E402
+from regal.workers import Workers  # noqa: E402
+
+TWIN = "twin"
+# arm -> options of `solve_seeded_brkga` ("oracle": the move oracle drawing that many times)
+ARMS = {
+    TWIN: {},
+    "move-oracle-4": {"oracle": 4},
+    "move-oracle-16": {"oracle": 16},
+    "brkga-only": {"polish_share": 0.0},
+    "brkga-50": {"polish_share": 0.5},
+    "brkga-3": {"polish_share": 0.97},
+    "one-climb": {"fresh_climbs": 0},
+    "four-fresh": {"fresh_climbs": 4},
+    "population-50": {"population_size": 50},
+    "policy": None,    # the `regal` method with the shipped policy
+}
+SCHEDULE_GRID = (TWIN, "brkga-only", "brkga-50", "brkga-3", "one-climb", "four-fresh",
+                 "population-50")
+OBJECTIVES = ("peak_memory", "makespan")
+LIMIT_FACTOR = 1.2
+
+
+def oracle_ranker(problem):
+    """A `rank_moves` that ranks drawn neighbours by their simulated (objective, tie-break),
+    the climb's own order, at no cost to the budget."""
+    from regal.sim import evaluate
+
+    def rank(climb, drawn: np.ndarray) -> np.ndarray:
+        values, peaks, _ = evaluate(problem.graph, problem.devices, drawn, problem.objective,
+                                    return_details=True)
+        tie = peaks.sum(axis=1) if problem.objective == "peak_memory" else peaks.max(axis=1)
+        ranks = np.empty(len(drawn))
+        ranks[np.lexsort((tie, values))] = np.arange(len(drawn))
+        return ranks
+    return rank
+
+
+def memory_limit(graph, devices: int, objective: str, factor: float) -> int | None:
+    """The limit of one device under `objective`: none for peak memory; for running time
+    `factor` x the reference heuristics' best peak on `devices` devices."""
+    if objective == "peak_memory":
+        return None
+    from regal.policy.reference import reference_for
+    from regal.sim import DeviceSpec
+
+    return int(factor * reference_for(graph, DeviceSpec(devices), "peak_memory").value)
+
+
+def run_arm(task: dict) -> dict:
+    """One run of one arm (a worker's call): the answer's value, evaluations and seconds."""
+    from regal import optimizers
+    from regal.search.pipeline import solve_seeded_brkga
+    from regal.sim import DeviceSpec
+
+    graph = load_graph(task["path"])
+    limit = memory_limit(graph, task["devices"], task["objective"], task["factor"])
+    problem = optimizers.Problem(graph, DeviceSpec(task["devices"], memory_limit=limit),
+                                 task["objective"])
+    options = ARMS[task["arm"]]
+    start = time.perf_counter()
+    if options is None:
+        found = optimizers.solve("regal", problem, task["budget"], task["seed"])
+    else:
+        options = dict(options)
+        draw = options.pop("oracle", 0)
+        if draw:
+            options["climb_options"] = dict(rank_moves=oracle_ranker(problem), draw=draw)
+        found = solve_seeded_brkga(problem, task["budget"], task["seed"], **options)
+    return dict(task, value=float(found.value), evaluations=int(found.evaluations),
+                wall_s=time.perf_counter() - start, limit=limit, ops=graph.num_nodes)
+
+
+def _key(row: dict) -> tuple:
+    return (row["set"], Path(row["path"]).name, row["devices"], row["objective"],
+            row["budget"], row["seed"], row["arm"], row["factor"])
+
+
+def points(twin: float, other: float) -> float:
+    return 100.0 * (twin - other) / twin
+
+
+LEVERS = {"move-oracle-4": "move guidance, oracle of 4", "move-oracle-16": "move guidance, oracle of 16",
+          "schedule oracle (in-sample)": "schedule per graph, oracle (in-sample)",
+          "schedule choice (held-out seed)": "schedule per graph, chosen on other seeds",
+          "policy": "solution prior: the shipped policy"}
+
+
+def lever_gains(rows: list[dict]) -> dict:
+    """(set, objective, devices, budget) -> lever -> per-graph points over the twin."""
+    by, out = {}, {}
+    for r in rows:
+        by.setdefault((r["set"], r["objective"], r["devices"], r["budget"]), {}) \
+          .setdefault(Path(r["path"]).name, {}).setdefault(r["arm"], {})[r["seed"]] = r["value"]
+    for (name, objective, devices, budget), graphs in sorted(by.items()):
+        levers: dict[str, list[float]] = {}
+        for arms in graphs.values():
+            if TWIN not in arms:
+                continue
+            seeds = sorted(arms[TWIN])
+            twin = statistics.fmean(arms[TWIN].values())
+            for arm in ARMS:
+                if arm != TWIN and set(arms.get(arm, {})) >= set(seeds):
+                    levers.setdefault(arm, []).append(
+                        points(twin, statistics.fmean(arms[arm][s] for s in seeds)))
+            grid = [a for a in SCHEDULE_GRID if set(arms.get(a, {})) >= set(seeds)]
+            if len(grid) == len(SCHEDULE_GRID):
+                mean = {a: statistics.fmean(arms[a][s] for s in seeds) for a in grid}
+                levers.setdefault("schedule oracle (in-sample)", []).append(
+                    points(twin, min(mean.values())))
+                if len(seeds) > 1:   # chosen on the other seeds, scored on this one
+                    held = [arms[min(grid, key=lambda a: (statistics.fmean(
+                        arms[a][o] for o in seeds if o != s), grid.index(a)))][s]
+                        for s in seeds]
+                    levers.setdefault("schedule choice (held-out seed)", []).append(
+                        points(twin, statistics.fmean(held)))
+        out[(name, objective, devices, budget)] = levers
+    return out
+
+
+def pivot(rows: list[dict]) -> str:
+    """Each graph set, objective, device count and budget (rows) against the levers (columns):
+    mean points over the twin (median in brackets) and the graphs measured."""
+    gains = lever_gains(rows)
+    cells = []
+    for setting in sorted(gains):
+        name, objective, devices, budget = setting
+        levers = gains[setting]
+        count = max((len(g) for g in levers.values()), default=0)
+        cells.append([name, "peak memory" if objective == "peak_memory" else "time under limits",
+                      devices, f"{budget:,}", count] + [
+            f"{statistics.fmean(g):+.2f} ({statistics.median(g):+.2f})"
+            if (g := levers.get(lever)) else "–" for lever in LEVERS])
+    return "\n".join(markdown_table(["graphs", "objective", "devices", "budget", "n",
+                                      *LEVERS.values()], cells, "llrrr" + "r" * len(LEVERS))) + "\n"
+
+
+def table(rows: list[dict]) -> str:
+    """Per graph set, objective, device count and budget: each lever's points over the twin
+    (mean, median, max over graphs; graphs where it gains at least half a point)."""
+    cells = []
+    for (name, objective, devices, budget), levers in sorted(lever_gains(rows).items()):
+        for lever, gains in levers.items():
+            cells.append([name, objective, devices, budget, lever, len(gains),
+                          f"{statistics.fmean(gains):+.2f}", f"{statistics.median(gains):+.2f}",
+                          f"{max(gains):+.2f}", f"{min(gains):+.2f}",
+                          sum(g >= 0.5 for g in gains)])
+    return "\n".join(markdown_table(
+        ["graphs", "objective", "devices", "budget", "lever", "n", "mean pts", "median pts",
+         "max", "min", "graphs >= +0.5"], cells, "llrrlrrrrrr")) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graphs", nargs="+", required=True, type=Path,
+                        help="graph folders (each one set of the table) or files")
+    parser.add_argument("--limit", type=int, default=None, help="first N graphs of each set")
+    parser.add_argument("--max-ops", type=int, default=None, help="skip larger graphs")
+    parser.add_argument("--devices", nargs="+", type=int, default=[2, 4])
+    parser.add_argument("--budgets", nargs="+", type=int, default=[1000, 5000])
+    parser.add_argument("--objectives", nargs="+", choices=OBJECTIVES, default=list(OBJECTIVES))
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms")
+    parser.add_argument("--limit-factor", type=float, default=LIMIT_FACTOR)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--records", type=Path, default=REPO / "experiments/results/ceilings.jsonl")
+    parser.add_argument("--out", type=Path, default=REPO / "experiments/results/ceilings.md")
+    parser.add_argument("--table-only", action="store_true", help="no runs: the table of --records")
+    args = parser.parse_args(argv)
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        parser.error(f"--arms: unknown {', '.join(unknown)}; expected some of {', '.join(ARMS)}")
+    for folder in args.graphs:
+        if not folder.exists():
+            parser.error(f"--graphs: {folder}: no such file or folder")
+
+    # opening the records cuts a torn last line (a killed run) and refuses a second writer
+    writer = None if args.table_only else JsonLinesWriter(
+        args.records, f"{args.records} is being written by another ceilings run")
+    done = {}
+    if args.records.is_file():
+        for line in args.records.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                done[_key(row)] = row
+    tasks = []
+    if not args.table_only:
+        for folder in args.graphs:
+            paths = sorted(folder.glob("*.npz")) if folder.is_dir() else [folder]
+            paths = paths[:args.limit] if args.limit else paths
+            for path in paths:
+                if args.max_ops and load_graph(path).num_nodes > args.max_ops:
+                    continue
+                for budget in args.budgets:
+                    for objective in args.objectives:
+                        for devices in args.devices:
+                            for seed in range(args.seeds):
+                                for arm in arms:
+                                    task = dict(set=folder.name, path=str(path), devices=devices,
+                                                objective=objective, budget=budget, seed=seed,
+                                                arm=arm, factor=args.limit_factor)
+                                    if _key(task) not in done:
+                                        tasks.append(task)
+    if tasks:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(tasks), desc="ceiling runs", unit="run")
+        queue = iter(tasks)
+
+        def start():
+            task = next(queue, None)
+            return None if task is None else (task, run_arm, task)
+
+        def finish(task, get):
+            row = get()
+            writer.write(row)
+            done[_key(row)] = row
+            bar.update()
+
+        with Workers(args.workers, jobs=len(tasks), ignore_interrupts=True) as workers:
+            workers.run(start, finish)
+        bar.close()
+    if writer is not None:
+        writer.close()
+    text = ("# Ceilings of the policy's levers, in points over the no-policy twin\n\n"
+            f"Made by `experiments/ceilings.py` from `{args.records.name}` ({len(done)} runs). "
+            "Points: 100 x (twin - lever) / twin per graph from the means over seeds; "
+            f"running time under a limit of {args.limit_factor:g} x the heuristics' best "
+            "peak on every device.\n\n## Levers by setting: mean points (median)\n\n"
+            + pivot(list(done.values())) + "\n## Every arm\n\n" + table(list(done.values())))
+    write_text(args.out, text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
