@@ -425,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(command="apply")
 
     p = sub.add_parser("measure", help="run a placed model on D devices; measured vs "
-                       "simulated per-device peak memory")
+                       "simulated per-device peak memory and step time")
     p.add_argument("model", metavar="MODEL", help=model_help)
     p.add_argument("--solution", required=True, metavar="JSON", help="from regal optimize")
     p.add_argument("--devices", type=device_count, default=None, metavar="D",
@@ -435,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device-type", choices=("auto", "cpu", "gpu"), default="auto",
                    help="auto: logical GPUs when a GPU exists, else logical CPUs")
     p.add_argument("--runs", type=int, default=3, help="warm-up runs before measuring")
+    p.add_argument("--timed-runs", type=non_negative_int, default=5, metavar="N",
+                   help="timed runs after the warm-up; the measured step time is their "
+                        "median wall time (default 5; 0: not timed)")
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the random weights and inputs")
     p.add_argument("--json", metavar="FILE", help="also write the numbers here")

@@ -408,7 +408,7 @@ def cmd_measure(args) -> int:
 
     result = measure(args.model, solution, args.devices, batch_size=args.batch,
                      training=args.training, kind=args.device_type, runs=args.runs,
-                     seed=args.seed, trust_code=args.trust_code)
+                     timed_runs=args.timed_runs, seed=args.seed, trust_code=args.trust_code)
     print("\n".join(result.lines()))
     if args.json:
         from regal.files import write_json

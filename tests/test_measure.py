@@ -91,6 +91,10 @@ def test_measure_two_logical_cpus(solution_file, tmp_path):
     assert (measured > 0).all()
     assert np.all(np.abs(measured - simulated) <= TOLERANCE * simulated), (measured, simulated)
     assert not result["misplaced"]  # TF ran every op where it was put
+    # the step time, measured (median of the timed runs) beside the simulated makespan
+    assert "step time: simulated" in proc.stdout
+    assert len(result["step_samples_us"]) == 5 and result["measured_step_us"] > 0
+    assert result["simulated_step_us"] > 0
 
 
 def _error_lines(stderr: str) -> list[str]:

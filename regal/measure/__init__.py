@@ -18,6 +18,13 @@ weights where it has them), and a `device_map.json` (op -> device).
   allocator peak beyond its new outputs) is held while it runs; variables and constants
   are held for the whole run; fetched tensors stay to the end.
 
+Beside the peaks, the step time: the median wall time of the timed (untraced) runs after the
+warm-up, against the simulator's makespan of the same placement. On logical CPUs the devices
+share the machine's cores, so it shows no parallel speed-up, and a copy between them is a
+pointer handed over at once; `extra["simulated_run_times_instant_copies"]` is the simulator
+with the run's op times and such copies (what logical CPUs do), which isolates timing from
+the tensor sizes and freeing rule that the CPU replay checks.
+
 Resource colocation: TensorFlow runs every op that takes a variable handle on the handle's
 device (it silently overrides the requested device). The importer records these groups in
 the graph (`colocation`), so every placement regal produces keeps a group together and

@@ -1,8 +1,17 @@
 """`regal measure`: the placed step run on D logical devices, each device's measured peak
-memory (the GPU allocator's, or the CPU replay's) beside the simulator's."""
+memory (the GPU allocator's, or the CPU replay's) beside the simulator's, and the step's
+measured wall time beside the simulated one (the makespan of the same placement).
+
+Step time: the median wall time of `timed_runs` untraced runs of the placed step (no
+tracing, outputs fetched), after the warm-up runs. On logical CPU devices all devices share
+the machine's cores and one thread pool, so it shows no parallel speed-up; only a run on
+GPUs checks the overlap the simulator predicts.
+"""
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,8 +20,9 @@ import tensorflow as tf  # loaded by regal.measure's __init__, quietly and with 
 from regal.io.tensorflow import ImportedStep, import_step
 from regal.measure.placed import (_import_for_run, _random, _variable_values, device_name,
                                   load_solution_record, place, placed_graph_def)
-from regal.measure.replay import replay_step_stats
-from regal.sim import simulate
+from regal.measure.replay import _device_index, _nanos, replay_step_stats
+from regal.sim import DeviceSpec, simulate
+from regal.units import format_duration_us
 
 __all__ = ["Measurement", "configure_devices", "measure", "CPU_METHOD", "GPU_METHOD",
            "DEFAULT_GPU_MEMORY_MB"]
@@ -24,6 +34,7 @@ CPU_METHOD = ("CPU step-statistics replay: logical CPUs share one allocator, so 
 GPU_METHOD = ("GPU allocator: one logical GPU per device, each with its own allocator; "
               "peak = tf.config.experimental.get_memory_info(device)['peak'] after a reset")
 DEFAULT_GPU_MEMORY_MB = 4096  # per logical GPU when splitting physical GPUs
+INSTANT_BANDWIDTH = 1e15  # bytes/µs: a copy that takes no time (logical CPUs' shared memory)
 
 
 # ---------------------------------------------------------------------------
@@ -88,9 +99,12 @@ def _session_config(kind: str, count: int) -> "tf.compat.v1.ConfigProto":
     return config
 
 
-def _run(graph_def, step: ImportedStep, config, *, seed: int, runs: int,
+def _run(graph_def, step: ImportedStep, config, *, seed: int, runs: int, timed_runs: int = 0,
          before_measured=None, after_measured=None):
-    """Runs the step `runs` times, then once traced; returns (outputs, RunMetadata, extra)."""
+    """Runs the step `runs` times (warm-up; the first run's outputs are returned), then
+    `timed_runs` times timed, then once traced.
+
+    Returns (outputs, RunMetadata, extra, wall times of the timed runs in µs)."""
     g, init, _ = _import_for_run(graph_def, _variable_values(graph_def, seed))
     rng = np.random.default_rng(seed + 1)
     feed = {g.get_tensor_by_name(t.name): _random(rng, t.shape.as_list(), t.dtype)
@@ -107,12 +121,32 @@ def _run(graph_def, step: ImportedStep, config, *, seed: int, runs: int,
         outputs = sess.run(tensors, feed)  # first run: outputs before any training update
         for _ in range(max(runs - 1, 0)):
             sess.run(tensors + others, feed)
+        walls = []
+        for _ in range(max(timed_runs, 0)):
+            start = time.perf_counter()
+            sess.run(tensors + others, feed)
+            walls.append((time.perf_counter() - start) * 1e6)
         if before_measured is not None:
             before_measured()
             sess.run(tensors + others, feed)
             extra = after_measured()
         sess.run(tensors + others, feed, options=options, run_metadata=metadata)
-    return outputs, metadata, extra
+    return outputs, metadata, extra, walls
+
+
+def _traced_span_us(metadata, count: int, kind: str) -> float:
+    """First op start to last op end over the step's devices in the traced run (µs): the
+    step without the session's own overhead around it."""
+    starts, ends = [], []
+    for dev in metadata.step_stats.dev_stats:
+        k = _device_index(dev.device, kind)
+        if k is None or k >= count:
+            continue
+        for ns in dev.node_stats:
+            start, end = _nanos(ns)
+            starts.append(start)
+            ends.append(end)
+    return (max(ends) - min(starts)) / 1000.0 if starts else math.nan
 
 
 # ---------------------------------------------------------------------------
@@ -133,6 +167,16 @@ class Measurement:
     misplaced: dict               # op -> device TF ran it on, where not the applied one
     max_output_diff: float | None  # placed vs unplaced outputs (max abs), if checked
     extra: dict = field(default_factory=dict)
+    measured_step_us: float = math.nan   # median wall time of the timed runs
+    simulated_step_us: float = math.nan  # the simulator's makespan, applied placement
+    step_samples_us: list = field(default_factory=list)  # each timed run's wall time
+
+    @property
+    def step_difference_pct(self) -> float:
+        sim = float(self.simulated_step_us)
+        if not (sim > 0 and math.isfinite(sim) and math.isfinite(self.measured_step_us)):
+            return math.nan
+        return (float(self.measured_step_us) - sim) / sim * 100.0
 
     @property
     def difference_pct(self) -> np.ndarray:
@@ -146,6 +190,18 @@ class Measurement:
         for k, dev in enumerate(self.devices):
             out.append(f"{dev:<28}{_mib(self.simulated[k]):>14}{_mib(self.measured[k]):>14}"
                        f"{self.difference_pct[k]:>+8.1f}%")
+        if math.isfinite(self.measured_step_us) or math.isfinite(self.simulated_step_us):
+            line = (f"step time: simulated {format_duration_us(self.simulated_step_us)}, "
+                    f"measured {format_duration_us(self.measured_step_us)}")
+            if self.step_samples_us:
+                line += f" (median wall time of {len(self.step_samples_us)} runs"
+                if math.isfinite(self.step_difference_pct):
+                    line += f"; {self.step_difference_pct:+.1f}%"
+                line += ")"
+            out.append(line)
+            if self.extra.get("kind") == "CPU":
+                out.append("  (logical CPU devices share this machine's cores: the measured "
+                           "time shows no parallel speed-up)")
         if self.moved:
             first = next(iter(self.moved))
             out.append(f"{len(self.moved)} ops moved to their variable's device (TensorFlow "
@@ -167,7 +223,17 @@ class Measurement:
                 "solution_peak": [int(x) for x in self.solution_peak],
                 "moved": {k: list(v) for k, v in self.moved.items()},
                 "misplaced": dict(self.misplaced), "max_output_diff": self.max_output_diff,
+                "measured_step_us": _float_or_none(self.measured_step_us),
+                "simulated_step_us": _float_or_none(self.simulated_step_us),
+                "step_difference_pct": _float_or_none(self.step_difference_pct),
+                "step_samples_us": [float(x) for x in self.step_samples_us],
                 **self.extra}
+
+
+def _float_or_none(value) -> float | None:
+    """JSON has no NaN: a value not measured is null."""
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def _mib(value) -> str:
@@ -176,18 +242,23 @@ def _mib(value) -> str:
 
 def measure(model, solution, devices: int | None = None, *, batch_size: int = 1,
             training: bool = False, input_shapes=None, kind: str = "auto", runs: int = 3,
-            seed: int = 0, check_outputs: bool = True,
+            timed_runs: int = 5, seed: int = 0, check_outputs: bool = True,
             gpu_memory_mb: int | None = None, trust_code: bool = False) -> Measurement:
     """Runs `model` placed by `solution` on `devices` devices and measures per-device peaks.
 
     `model`: anything `regal.io.tensorflow.import_model` takes (`trust_code` as there), or an
     ImportedStep;
-    `solution`: a solution.json path or record; `devices`: default the solution's count.
+    `solution`: a solution.json path or record; `devices`: default the solution's count;
+    `runs` warm-up runs, then `timed_runs` timed ones (the step time is their median wall
+    time; 0: not timed), then one traced run for the step statistics.
     """
     record = load_solution_record(solution)
     count = record["devices"]["count"] if devices is None else devices
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
         raise ValueError(f"devices: expected an integer >= 1, got {devices!r}")
+    if isinstance(timed_runs, bool) or not isinstance(timed_runs, (int, np.integer)) \
+            or timed_runs < 0:
+        raise ValueError(f"timed runs: expected an integer >= 0, got {timed_runs!r}")
     kind = configure_devices(count, kind, gpu_memory_mb)
     step = model if isinstance(model, ImportedStep) else import_step(
         model, batch_size=batch_size, training=training, input_shapes=input_shapes,
@@ -204,11 +275,13 @@ def measure(model, solution, devices: int | None = None, *, batch_size: int = 1,
         def read():
             return [int(tf.config.experimental.get_memory_info(f"GPU:{k}")["peak"])
                     for k in range(count)]
-        outputs, metadata, gpu_peaks = _run(graph_def, step, config, seed=seed, runs=runs,
-                                            before_measured=reset, after_measured=read)
+        outputs, metadata, gpu_peaks, walls = _run(
+            graph_def, step, config, seed=seed, runs=runs, timed_runs=timed_runs,
+            before_measured=reset, after_measured=read)
         method = GPU_METHOD
     else:
-        outputs, metadata, gpu_peaks = _run(graph_def, step, config, seed=seed, runs=runs)
+        outputs, metadata, gpu_peaks, walls = _run(graph_def, step, config, seed=seed,
+                                                   runs=runs, timed_runs=timed_runs)
         method = CPU_METHOD
     fetch_names = [f.name for f in step.fetches if isinstance(f, tf.Tensor)]
     replay = replay_step_stats(metadata, count, fetch_names, kind)
@@ -224,6 +297,12 @@ def measure(model, solution, devices: int | None = None, *, batch_size: int = 1,
     measured_cost.setflags(write=False)
     timed = simulate(graph._replace(compute_cost=measured_cost), placed.devices,
                      placed.placement, placed.priority, placed.transfer_priority)
+    # logical CPUs share one memory: a "copy" between them is a pointer handed over at
+    # once, so the sender's buffer is freed when its consumers there finish, not when a
+    # modelled link has carried it (a few µs per MiB, against the model's µs-scale ops)
+    instant = simulate(graph._replace(compute_cost=measured_cost),
+                       DeviceSpec(count, bandwidth=INSTANT_BANDWIDTH, latency=0.0),
+                       placed.placement, placed.priority, placed.transfer_priority)
     misplaced = {}
     for v, name in enumerate(graph.names.tolist()):
         k = replay["device_of"].get(name)
@@ -231,12 +310,20 @@ def measure(model, solution, devices: int | None = None, *, batch_size: int = 1,
             misplaced[name] = device_name(kind, k)
     diff = None
     if check_outputs and outputs:
-        reference, _, _ = _run(placed_graph_def(step), step, _session_config(kind, count),
-                               seed=seed, runs=1)
+        reference, _, _, _ = _run(placed_graph_def(step), step,
+                                  _session_config(kind, count), seed=seed, runs=1)
         diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
                    if np.size(a) else 0.0 for a, b in zip(outputs, reference))
     return Measurement(names, method, measured, np.asarray(sim.peak, np.int64),
                        np.asarray(timed.peak, np.int64), placed.solution_peak, placed.moved,
                        misplaced, diff, extra={
                            "kind": kind, "persistent_measured": replay["persistent"],
-                           "measured_without_scratch": replay["peak_without_scratch"]})
+                           "measured_without_scratch": replay["peak_without_scratch"],
+                           "simulated_step_run_times_us": float(timed.makespan),
+                           "simulated_run_times_instant_copies": [
+                               int(x) for x in instant.peak],
+                           "traced_step_us": _float_or_none(
+                               _traced_span_us(metadata, count, kind))},
+                       measured_step_us=float(np.median(walls)) if walls else math.nan,
+                       simulated_step_us=float(sim.makespan),
+                       step_samples_us=[float(w) for w in walls])
