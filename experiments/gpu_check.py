@@ -289,14 +289,7 @@ def write(rows: list, facts: dict, args, wall_s: float) -> list[Path]:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     on = f"{facts['device_name']}, " if facts["device_name"] else ""
     lines = [f"# Simulated vs measured peak memory and step time on logical {kind} devices",
              "",
@@ -364,6 +357,17 @@ def parse_args(argv=None):
     if args.budget < 1 or args.timed_runs < 1 or args.runs < 1:
         parser.error("--budget, --runs and --timed-runs: integers >= 1")
     return args
+
+
+def cpu_model() -> str:
+    """The processor's model name (Linux), or "?"; the tables say what they ran on."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
 
 
 def main(argv=None) -> int:

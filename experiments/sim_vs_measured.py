@@ -30,6 +30,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from gpu_check import cpu_model  # noqa: E402  (this script's folder is on the path)
 from regal import measure as rm  # noqa: E402 - imports TensorFlow, sets the env first
 
 import tensorflow as tf  # noqa: E402
@@ -221,14 +222,7 @@ def write(rows: list, kind: str, budget: int, devices: int) -> list[Path]:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     method = rm.GPU_METHOD if kind == "GPU" else rm.CPU_METHOD
     diffs = np.array([r["diff_pct"] for r in rows])
     old = np.array([r["diff_before_pct"] for r in rows])

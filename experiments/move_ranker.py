@@ -1,0 +1,685 @@
+"""A learned move ranker for the climbs (`regal.search.advantage`): log, fit, evaluate.
+
+Why (tracker issue 38, "move guidance"): the climbs spend nine tenths of REGAL's budget, and an
+oracle that ranks `draw` x batch drawn neighbours by their true value (simulated for free) and
+lets the climb evaluate only the best batch gains +1 to +3 points of peak memory over the
+no-policy twin at draw 4 (`experiments/ceilings.py`). This script measures how much of that a
+cheap learned ranker (numpy features of each candidate's diff from the incumbent, one linear
+model per regime) keeps.
+
+    log     climbs of the whole pipeline (`solve_seeded_brkga`) on the synthetic train split,
+            both objectives (running time under a memory limit of `--limit-factor` x the
+            reference heuristics' best peak), 2 and 4 devices, with a logging ranker at draw 4
+            that simulates every drawn neighbour and stores its features and its true relative
+            improvement over the incumbent (objective and tie-break), and returns the true
+            ranks (the trajectory follows the oracle: the states a good ranker visits) or, on
+            a share `--plain-share` of the steps, the drawing order (the plain climb's states).
+            One .npz per run in `--logs` (resumable).
+    fit     standardise, fit per regime (least squares on the clipped improvement, on it
+            centred per step, on the within-step rank, or logistic regression on "improves
+            the incumbent"), pick per regime the fit whose top quarter of each held-out step
+            (graphs whose index is 3 mod 4) holds the best improvement, report that ranking
+            quality against the drawing order, a random quarter and the oracle, refit on
+            every graph and save `--weights`.
+    eval    the twin (`solve_seeded_brkga`) against the same with `climb_options=dict(
+            rank_moves=ranker, draw=4)` on the validation graphs: points = 100 x (twin -
+            learned) / twin per graph from the means over seeds; one JSON line per run in
+            `--records` (resumable). With `--ceilings` the oracle's own points on the same
+            runs (`experiments/results/ceilings.jsonl`) are shown beside them.
+    timing  the ranker's share of the wall time (time inside `rank_moves` / the run's) at
+            budget 5,000 on the largest validation graph and on a ~2,000-op graph.
+
+    .venv/bin/regal data synth --recipe train --count 60 --out runs/move_logs/train
+    python experiments/move_ranker.py all --seeds 4   # ~27 min on one busy core (2 seeds: ~16)
+
+Defaults: one worker (`--workers`), logs at budget 3,000 (half the steps stored), both
+objectives, budgets 1,000 and 5,000, 2 seeds. Results: experiments/results/move_ranker.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from regal.files import JsonLinesWriter, write_text  # noqa: E402
+from regal.io import load_graph  # noqa: E402
+from regal.report import markdown_table  # noqa: E402
+from regal.search.advantage import FEATURES, REGIMES, MoveRanker, move_features  # noqa: E402
+from regal.workers import Workers, set_numba_threads  # noqa: E402
+
+LIMIT_FACTOR = 1.2
+DRAW = 4
+TRAIN = REPO / "runs/move_logs/train"
+LOGS = REPO / "runs/move_logs/logs"
+WEIGHTS = REPO / "data/policy/move_ranker.npz"
+VALID = REPO / "runs/transfer_graphs/synth_valid_40"
+LARGE = REPO / "runs/transfer_graphs/large_2_2000-2400/large_00000.npz"
+RECORDS = REPO / "experiments/results/move_ranker.jsonl"
+OUT = REPO / "experiments/results/move_ranker.md"
+CEILINGS = REPO / "experiments/results/ceilings.jsonl"
+CLIP = 0.05          # relative improvements are clipped to +-5% for the least-squares targets
+TIE = 0.1            # weight of the tie-break's relative improvement in the targets
+
+
+def memory_limit(graph, devices: int, objective: str, factor: float) -> int | None:
+    """As `experiments/ceilings.py`: none for peak memory; for running time `factor` x the
+    reference heuristics' best peak on `devices` devices."""
+    if objective == "peak_memory":
+        return None
+    from regal.policy.reference import reference_for
+    from regal.sim import DeviceSpec
+
+    return int(factor * reference_for(graph, DeviceSpec(devices), "peak_memory").value)
+
+
+def problem_of(path, devices: int, objective: str, factor: float = LIMIT_FACTOR):
+    from regal.optimizers import Problem
+    from regal.sim import DeviceSpec
+
+    graph = load_graph(path)
+    limit = memory_limit(graph, devices, objective, factor)
+    return Problem(graph, DeviceSpec(devices, memory_limit=limit), objective), limit
+
+
+# ---------------------------------------------------------------------------
+# log
+
+
+def _secondary(objective: str, peaks: np.ndarray) -> np.ndarray:
+    """The climb's tie-break (`regal.search.climb._secondary`)."""
+    return peaks.sum(axis=1).astype(np.float64) if objective == "peak_memory" \
+        else peaks.max(axis=1).astype(np.float64)
+
+
+def log_run(task: dict) -> dict:
+    """One logged pipeline run (a worker's call): writes task["file"], returns a summary."""
+    from regal.search.pipeline import solve_seeded_brkga
+    from regal.sim import evaluate
+
+    problem, limit = problem_of(task["path"], task["devices"], task["objective"])
+    rng = np.random.default_rng(task["seed"] + 7919)
+    rows: dict[str, list] = {"x": [], "r1": [], "r2": [], "regime": [], "step": []}
+    steps = [0]
+
+    def logger(climb, drawn: np.ndarray) -> np.ndarray:
+        x = move_features(climb, drawn)
+        values, peaks, _ = evaluate(problem.graph, problem.devices, drawn, problem.objective,
+                                    return_details=True)
+        secondary = _secondary(problem.objective, peaks)
+        value0, secondary0 = climb.current_key
+        r1 = (value0 - values) / max(abs(value0), 1e-12)
+        r2 = (secondary0 - secondary) / max(abs(secondary0), 1e-12)
+        if rng.random() < task["keep"]:
+            from regal.search.advantage import _context
+            rows["x"].append(x.astype(np.float32))
+            rows["r1"].append(r1.astype(np.float32))
+            rows["r2"].append(r2.astype(np.float32))
+            rows["regime"].append(np.full(len(drawn), _context(climb).regime, np.int8))
+            rows["step"].append(np.full(len(drawn), steps[0], np.int32))
+        steps[0] += 1
+        if rng.random() < task["plain_share"]:
+            return np.zeros(len(drawn))        # the drawing order: the plain climb's choice
+        ranks = np.empty(len(drawn))
+        ranks[np.lexsort((secondary, values))] = np.arange(len(drawn))
+        return ranks
+
+    start = time.perf_counter()
+    found = solve_seeded_brkga(problem, task["budget"], task["seed"],
+                               climb_options=dict(rank_moves=logger, draw=DRAW))
+    data = {key: np.concatenate(parts) if parts else np.zeros(0) for key, parts in rows.items()}
+    if not rows["x"]:
+        data["x"] = np.zeros((0, len(FEATURES)), np.float32)
+    path = Path(task["file"])
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez_compressed(tmp, **data, graph=task["graph"], devices=task["devices"],
+                        objective=task["objective"])
+    tmp.replace(path)
+    return dict(file=str(path), rows=int(len(data["r1"])), steps=steps[0],
+                value=float(found.value), wall_s=time.perf_counter() - start)
+
+
+def log_main(args) -> None:
+    args.logs.mkdir(parents=True, exist_ok=True)
+    paths = sorted(args.train.glob("*.npz"))[:args.train_count]
+    if not paths:
+        raise SystemExit(f"no graphs in {args.train}: run `regal data synth --recipe train "
+                         f"--count 60 --out {args.train}`")
+    tasks = []
+    for i, path in enumerate(paths):
+        for objective in ("peak_memory", "makespan"):
+            for devices in (2, 4):
+                file = args.logs / f"{path.stem}_{objective}_{devices}.npz"
+                if not file.exists():
+                    tasks.append(dict(path=str(path), graph=i, devices=devices,
+                                      objective=objective, budget=args.log_budget, seed=i,
+                                      keep=args.keep, plain_share=args.plain_share,
+                                      file=str(file)))
+    print(f"log: {len(tasks)} runs to do ({len(paths)} graphs x 2 objectives x 2 device counts)",
+          flush=True)
+    _run_all(tasks, log_run, args.workers, lambda row: None, "log runs")
+
+
+def _run_all(tasks, fn, workers: int, finish_row, desc: str) -> None:
+    if not tasks:
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(tasks), desc=desc, unit="run", mininterval=5)
+    queue = iter(tasks)
+
+    def start():
+        task = next(queue, None)
+        return None if task is None else (task, fn, task)
+
+    def finish(task, get):
+        finish_row(get())
+        bar.update()
+
+    with Workers(workers, jobs=len(tasks), ignore_interrupts=True) as pool:
+        pool.run(start, finish)
+    bar.close()
+
+
+# ---------------------------------------------------------------------------
+# fit
+
+
+def load_logs(folder: Path) -> dict:
+    """Every logged row: x [N, F], r1, r2, regime, group (a step of one run), graph."""
+    parts = {key: [] for key in ("x", "r1", "r2", "regime", "group", "graph")}
+    group_base = 0
+    for file in sorted(folder.glob("*.npz")):
+        if file.name.endswith(".tmp.npz"):
+            continue
+        with np.load(file) as z:
+            if not len(z["r1"]):
+                continue
+            parts["x"].append(z["x"].astype(np.float64))
+            parts["r1"].append(z["r1"].astype(np.float64))
+            parts["r2"].append(z["r2"].astype(np.float64))
+            parts["regime"].append(z["regime"].astype(np.int64))
+            parts["group"].append(z["step"].astype(np.int64) + group_base)
+            parts["graph"].append(np.full(len(z["r1"]), int(z["graph"])))
+            group_base = int(parts["group"][-1].max()) + 1
+    if not parts["x"]:
+        raise SystemExit(f"no logs in {folder}: run the `log` step first")
+    return {key: np.concatenate(value) for key, value in parts.items()}
+
+
+def _target(r1, r2):
+    return np.clip(r1, -CLIP, CLIP) + TIE * np.clip(r2, -CLIP, CLIP)
+
+
+def _improves(r1, r2):
+    """The climb's lexicographic "strictly better than the incumbent"."""
+    return (r1 > 0) | ((r1 == 0) & (r2 > 0))
+
+
+def _group_center(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    _, inverse, counts = np.unique(group, return_inverse=True, return_counts=True)
+    sums = np.zeros((len(counts),) + values.shape[1:])
+    np.add.at(sums, inverse, values)
+    return values - (sums / counts.reshape(-1, *([1] * (values.ndim - 1))))[inverse]
+
+
+def _group_rank(key1, key2, group) -> np.ndarray:
+    """Within-step percentile of each candidate by the true key (1 best, 0 worst; ties share)."""
+    order = np.lexsort((-key2, -key1, group))      # best first within each group
+    out = np.empty(len(key1))
+    _, start, counts = np.unique(group[order], return_index=True, return_counts=True)
+    for s, c in zip(start, counts):
+        idx = order[s:s + c]
+        k1, k2 = key1[idx], key2[idx]
+        # dense ranks so equal keys share a percentile
+        pairs = np.stack([k1, k2], axis=1)
+        _, inv = np.unique(-pairs, axis=0, return_inverse=True)
+        inv = inv.ravel()
+        top = max(inv.max(), 1)
+        out[idx] = 1.0 - inv / top
+    return out
+
+
+def _ridge(z, y, lam):
+    a = z.T @ z + lam * len(y) * np.eye(z.shape[1])
+    return np.linalg.solve(a, z.T @ y)
+
+
+def _logistic(z, y, lam, iterations=30):
+    """L2-regularised logistic regression by Newton's method: weights, bias."""
+    zb = np.column_stack([z, np.ones(len(y))])
+    w = np.zeros(zb.shape[1])
+    reg = lam * len(y) * np.eye(zb.shape[1])
+    reg[-1, -1] = 0.0
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-np.clip(zb @ w, -30, 30)))
+        grad = zb.T @ (p - y) + reg @ w
+        hess = (zb * (p * (1 - p))[:, None]).T @ zb + reg + 1e-9 * np.eye(len(w))
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return w[:-1], w[-1]
+
+
+FITS = ("ls_clip", "ls_centred", "ls_rank", "logistic")
+LOGISTIC_LAM = 1e-5     # ridge of the logistic fit (1e-3 and 1e-2 ranked held-out steps no better)
+MIN_STEPS = 100         # a regime with fewer held-out steps borrows the nearest regime's fit
+FALLBACK = {2: 1, 1: 0}
+
+
+def fit_weights(data: dict, mask: np.ndarray, mean, scale, method: str, regime: int,
+                lam: float = 1e-3):
+    """(weights [F], bias) for one regime from the rows in `mask`."""
+    rows = mask & (data["regime"] == regime)
+    if rows.sum() < 50:
+        return np.zeros(len(FEATURES)), 0.0
+    z = (data["x"][rows] - mean) / scale
+    r1, r2, group = data["r1"][rows], data["r2"][rows], data["group"][rows]
+    if method == "ls_clip":
+        y = _target(r1, r2)
+        zc, yc = z - z.mean(axis=0), y - y.mean()
+        w = _ridge(zc, yc, lam)
+        return w, float(y.mean() - z.mean(axis=0) @ w)
+    if method == "ls_centred":
+        y = _target(r1, r2)
+        return _ridge(_group_center(z, group), _group_center(y, group), lam), 0.0
+    if method == "ls_rank":
+        y = _group_rank(r1, r2, group)
+        return _ridge(_group_center(z, group), _group_center(y, group), lam), 0.0
+    if method == "logistic":
+        w, b = _logistic(z, _improves(r1, r2).astype(np.float64), LOGISTIC_LAM)
+        return w, float(b)
+    raise ValueError(method)
+
+
+def ranking_quality(data: dict, mask: np.ndarray, scores: np.ndarray, draw: int = DRAW,
+                    seed: int = 0) -> dict:
+    """Per held-out step: the share of steps whose chosen batch (the best-scored len/draw
+    candidates; higher score = better) holds a move that improves the incumbent, and the mean
+    best improvement (points, value clipped at 20%) in it; for the model, the drawing order
+    (the plain climb), a random batch (10 draws) and the oracle."""
+    rng = np.random.default_rng(seed)
+    rows = np.flatnonzero(mask)
+    group = data["group"][rows]
+    order = np.argsort(group, kind="stable")
+    rows, group = rows[order], group[order]
+    _, start, counts = np.unique(group, return_index=True, return_counts=True)
+    stats = {name: [[], []] for name in ("model", "plain", "random", "oracle")}
+    for s, c in zip(start, counts):
+        if c < draw:
+            continue
+        idx = rows[s:s + c]
+        q = c // draw
+        r1, r2 = data["r1"][idx], data["r2"][idx]
+        better = _improves(r1, r2)
+        gain = np.maximum(np.minimum(r1, 0.2), 0.0) * 100
+
+        def record(name, chosen):
+            stats[name][0].append(float(better[chosen].any()))
+            stats[name][1].append(float(gain[chosen].max()))
+        record("model", np.argsort(-scores[idx], kind="stable")[:q])
+        record("plain", np.arange(q))
+        hits, gains = [], []
+        for _ in range(10):
+            chosen = rng.permutation(c)[:q]
+            hits.append(float(better[chosen].any()))
+            gains.append(float(gain[chosen].max()))
+        stats["random"][0].append(statistics.fmean(hits))
+        stats["random"][1].append(statistics.fmean(gains))
+        record("oracle", np.lexsort((-r2, -r1))[:q])
+    return {name: (statistics.fmean(h) if h else float("nan"),
+                   statistics.fmean(g) if g else float("nan"), len(h))
+            for name, (h, g) in stats.items()}
+
+
+def _shown(path: Path) -> str:
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def fit_main(args) -> str:
+    data = load_logs(args.logs)
+    held = (data["graph"] % 4) == 3
+    train = ~held
+    mean = data["x"][train].mean(axis=0)
+    scale = data["x"][train].std(axis=0)
+    scale = np.where(scale > 1e-12, scale, 1.0)
+    lines = [f"Logged rows: {len(data['r1']):,} in {len(np.unique(data['group'])):,} steps "
+             f"({int(train.sum()):,} rows on training graphs, {int(held.sum()):,} held out: "
+             "graphs whose index is 3 mod 4). Improving share per regime: " + ", ".join(
+                 f"{REGIMES[g]} {_improves(data['r1'], data['r2'])[data['regime'] == g].mean():.3f}"
+                 f" of {int((data['regime'] == g).sum()):,}"
+                 for g in range(len(REGIMES)) if (data["regime"] == g).any()) + ".", ""]
+    cells, chosen = [], {}
+    for regime in range(len(REGIMES)):
+        mask = held & (data["regime"] == regime)
+        if len(np.unique(data["group"][mask])) < MIN_STEPS:
+            continue
+        best = None
+        for method in FITS:
+            w, b = fit_weights(data, train, mean, scale, method, regime)
+            scores = ((data["x"] - mean) / scale) @ w + b
+            quality = ranking_quality(data, mask, scores)
+            if method == FITS[0]:
+                for name in ("plain", "random", "oracle"):
+                    hit, gain, steps = quality[name]
+                    cells.append([REGIMES[regime], name, steps, f"{hit:.3f}", f"{gain:.3f}"])
+            hit, gain, steps = quality["model"]
+            cells.append([REGIMES[regime], method, steps, f"{hit:.3f}", f"{gain:.3f}"])
+            if best is None or gain > best[1]:
+                best = (method, gain)
+        chosen[regime] = best[0]
+    lines += markdown_table(["regime", "batch chosen by", "held-out steps",
+                             "P(batch holds an improving move)",
+                             "mean best gain in batch (pts)"], cells, "llrrr")
+    lines += ["", "Chosen per regime (best held-out gain): " + ", ".join(
+        f"{REGIMES[g]}: {m}" for g, m in chosen.items()) + "."]
+    # refit the chosen methods on every graph and save
+    mean_all = data["x"].mean(axis=0)
+    scale_all = data["x"].std(axis=0)
+    scale_all = np.where(scale_all > 1e-12, scale_all, 1.0)
+    weights = np.zeros((len(REGIMES), len(FEATURES)))
+    bias = np.zeros(len(REGIMES))
+    everything = np.ones(len(data["r1"]), bool)
+    borrowed = {}
+    for regime in range(len(REGIMES)):
+        source = regime
+        while source not in chosen and source in FALLBACK:
+            source = FALLBACK[source]
+        if source not in chosen:
+            continue
+        if source != regime:
+            borrowed[REGIMES[regime]] = REGIMES[source]
+        weights[regime], bias[regime] = fit_weights(data, everything, mean_all, scale_all,
+                                                    chosen[source], source)
+    if borrowed:
+        lines += ["", "Too few held-out steps to fit on their own (under "
+                  f"{MIN_STEPS}), so they take another regime's weights: " + ", ".join(
+                      f"{a} <- {b}" for a, b in borrowed.items()) + "."]
+    ranker = MoveRanker(weights, bias, mean_all, scale_all,
+                        meta=json.dumps(dict(fits={REGIMES[g]: m for g, m in chosen.items()},
+                                             borrowed=borrowed,
+                                             rows=int(len(data["r1"])), draw=DRAW,
+                                             made_by="experiments/move_ranker.py fit")))
+    ranker.save(args.weights)
+    wcells = [[name] + [f"{weights[g, i]:+.3f}" for g in range(len(REGIMES))]
+              for i, name in enumerate(FEATURES)]
+    lines += ["", f"Weights saved to `{_shown(args.weights)}` (standardised features; "
+              "advantage = w . z + b, higher = better):", ""]
+    lines += markdown_table(["feature", *REGIMES], wcells)
+    text = "\n".join(lines) + "\n"
+    print(text, flush=True)
+    return text
+
+
+# ---------------------------------------------------------------------------
+# eval
+
+
+ARMS = ("twin", "learned", "placebo")
+
+
+def draw_order(climb, drawn: np.ndarray) -> np.ndarray:
+    """The placebo ranker: keeps the drawing order, so the climb evaluates the first batch of
+    the `DRAW` x batch drawn; the plain climb, with other random draws (the noise floor of
+    a paired comparison with the twin)."""
+    return np.zeros(len(drawn))
+
+
+def eval_run(task: dict) -> dict:
+    """One run of one arm: twin, learned or placebo."""
+    from regal.search.pipeline import solve_seeded_brkga
+
+    problem, limit = problem_of(task["path"], task["devices"], task["objective"],
+                                task["factor"])
+    options = {}
+    ranker = None
+    if task["arm"] == "learned":
+        ranker = MoveRanker.load(task["weights"])
+        options["climb_options"] = dict(rank_moves=ranker, draw=DRAW)
+    elif task["arm"] == "placebo":
+        options["climb_options"] = dict(rank_moves=draw_order, draw=DRAW)
+    start = time.perf_counter()
+    found = solve_seeded_brkga(problem, task["budget"], task["seed"], **options)
+    wall = time.perf_counter() - start
+    return dict(task, value=float(found.value), evaluations=int(found.evaluations),
+                wall_s=wall, ranker_s=0.0 if ranker is None else ranker.elapsed,
+                limit=limit, ops=problem.graph.num_nodes)
+
+
+def _key(row: dict) -> tuple:
+    return (Path(row["path"]).name, row["devices"], row["objective"], row["budget"],
+            row["seed"], row["arm"], row.get("weights_id", "") if row["arm"] == "learned" else "")
+
+
+def weights_id(path: Path) -> str:
+    """A hash of a weights file's numbers (not its bytes: a zip stores its time of writing):
+    learned runs of other weights are not reused."""
+    import hashlib
+
+    ranker = MoveRanker.load(path)
+    h = hashlib.blake2b(digest_size=6)
+    for values in (ranker.weights, ranker.bias, ranker.mean, ranker.scale):
+        h.update(np.ascontiguousarray(values, np.float64).tobytes())
+    return h.hexdigest()
+
+
+def points(twin: float, other: float) -> float:
+    return 100.0 * (twin - other) / twin
+
+
+def table(rows: list[dict], oracle: list[dict]) -> str:
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["objective"], r["devices"], r["budget"]), {}) \
+          .setdefault(Path(r["path"]).name, {}).setdefault(r["arm"], {})[r["seed"]] = r
+    # the oracle's values from the ceilings records, keyed like ours
+    oracle_by: dict = {}
+    for r in oracle:
+        if r.get("arm") == "move-oracle-4" and r.get("factor", LIMIT_FACTOR) == LIMIT_FACTOR:
+            oracle_by[(r["objective"], r["devices"], r["budget"], Path(r["path"]).name,
+                       r["seed"])] = r["value"]
+    cells = []
+    pooled: dict = {}       # objective -> arm -> per-graph points, every device count and budget
+    for (objective, devices, budget), graphs in sorted(by.items()):
+        per_graph: dict = {}
+        for arm in ARMS[1:]:
+            gains, oracle_gains, share, slower, counts = [], [], [], [], []
+            for name, arms in sorted(graphs.items()):
+                twin, other = arms.get("twin", {}), arms.get(arm, {})
+                seeds = sorted(set(twin) & set(other))
+                if not seeds or set(twin) != set(other):
+                    continue
+                t = statistics.fmean(twin[s]["value"] for s in seeds)
+                gains.append(points(t, statistics.fmean(other[s]["value"] for s in seeds)))
+                per_graph.setdefault(arm, {})[name] = gains[-1]
+                counts.append(len(seeds))
+                share.extend(other[s]["ranker_s"] / other[s]["wall_s"] for s in seeds)
+                slower.extend(other[s]["wall_s"] / twin[s]["wall_s"] for s in seeds)
+                # the oracle on the seeds it was run with, against the twin on the same seeds
+                both = [s for s in seeds if (objective, devices, budget, name, s) in oracle_by]
+                if both:
+                    oracle_gains.append(points(
+                        statistics.fmean(twin[s]["value"] for s in both),
+                        statistics.fmean(oracle_by[(objective, devices, budget, name, s)]
+                                         for s in both)))
+            if not gains:
+                continue
+            oracle_text = f"{statistics.fmean(oracle_gains):+.2f} ({len(oracle_gains)})" \
+                if oracle_gains else "-"
+            cells.append([objective, devices, budget, arm, len(gains), min(counts),
+                          f"{statistics.fmean(gains):+.2f} ± {_se(gains):.2f}",
+                          f"{statistics.median(gains):+.2f}",
+                          f"{min(gains):+.2f}", f"{max(gains):+.2f}",
+                          sum(g >= 0.5 for g in gains), sum(g <= -0.5 for g in gains),
+                          oracle_text, f"{100 * statistics.fmean(share):.1f}%",
+                          f"{statistics.fmean(slower):.2f}x"])
+        for arm, values in per_graph.items():
+            pooled.setdefault(objective, {}).setdefault(arm, []).extend(values.values())
+        if "learned" in per_graph and "placebo" in per_graph:
+            common = sorted(set(per_graph["learned"]) & set(per_graph["placebo"]))
+            pooled[objective].setdefault("learned - placebo", []).extend(
+                per_graph["learned"][g] - per_graph["placebo"][g] for g in common)
+    lines = markdown_table(
+        ["objective", "devices", "budget", "arm", "graphs", "seeds", "mean pts ± se",
+         "median pts", "min", "max", "graphs >= +0.5", "graphs <= -0.5",
+         "oracle-4 mean pts (graphs)", "ranker time share", "wall / twin's"], cells,
+        "lrrlrrrrrrrrrrr")
+    lines += ["", "Pooled over device counts and budgets (one value per graph and setting; "
+              "± the standard error over them):", ""]
+    lines += markdown_table(["objective", "arm", "values", "mean pts ± se"], [
+        [objective, arm, len(values), f"{statistics.fmean(values):+.2f} ± {_se(values):.2f}"]
+        for objective, arms in sorted(pooled.items()) for arm, values in arms.items()],
+        "llrr")
+    return "\n".join(lines) + "\n"
+
+
+def _se(values) -> float:
+    return statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
+
+
+def eval_main(args) -> str:
+    writer = JsonLinesWriter(args.records, f"{args.records} is being written by another run")
+    done = {}
+    if args.records.is_file():
+        for line in args.records.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                done[_key(row)] = row
+    paths = sorted(args.valid.glob("*.npz"))[:args.valid_count]
+    current = weights_id(args.weights)
+    tasks = []
+    for budget in args.budgets:
+        for objective in args.objectives:
+            for devices in (2, 4):
+                for path in paths:
+                    for seed in range(args.seeds):
+                        for arm in args.arms:
+                            task = dict(path=str(path), devices=devices, objective=objective,
+                                        budget=budget, seed=seed, arm=arm,
+                                        factor=LIMIT_FACTOR, weights=str(args.weights),
+                                        weights_id=current)
+                            if _key(task) not in done:
+                                tasks.append(task)
+    print(f"eval: {len(tasks)} runs to do", flush=True)
+
+    def finish(row):
+        writer.write(row)
+        done[_key(row)] = row
+    try:
+        _run_all(tasks, eval_run, args.workers, finish, "eval runs")
+    finally:
+        writer.close()
+    oracle = []
+    if args.ceilings and args.ceilings.is_file():
+        oracle = [json.loads(line) for line in args.ceilings.read_text().splitlines()
+                  if line.strip()]
+        oracle = [r for r in oracle if r.get("set") == args.valid.name]
+    rows = [r for r in done.values() if Path(r["path"]).parent.name == args.valid.name
+            and (r["arm"] != "learned" or r.get("weights_id") == current)]
+    text = ("Points: 100 x (twin - arm) / twin per graph from the means over seeds (positive: "
+            f"the arm is better); learned = the same pipeline with `rank_moves=MoveRanker`, "
+            f"draw {DRAW}; placebo = draw {DRAW} in drawing order (the plain climb with other "
+            f"random draws: the noise floor); first {args.valid_count} graphs of "
+            f"`{args.valid.name}` (seeds: how many per graph); running time under a limit of "
+            "1.2 x the reference heuristics' best peak. oracle-4: the free-simulation ranker "
+            "at the same draw (`experiments/results/ceilings.jsonl`, on the graphs and seeds "
+            "it has, against the twin on those seeds). "
+            "Ranker time share: seconds inside the ranker / the run's wall seconds; wall / "
+            "twin's: the run's wall seconds over the twin's (means over runs; drawing 4 x the "
+            "neighbours costs time of its own).\n\n"
+            + table(rows, oracle))
+    print(text, flush=True)
+    return text
+
+
+# ---------------------------------------------------------------------------
+# timing
+
+
+def timing_main(args) -> str:
+    from regal.search.pipeline import solve_seeded_brkga
+
+    candidates = sorted(args.valid.glob("*.npz"))
+    largest = max(candidates, key=lambda p: load_graph(p).num_nodes)
+    cells = []
+    for path in (largest, args.large):
+        if not Path(path).is_file():
+            continue
+        problem, _ = problem_of(path, 2, "peak_memory")
+        start = time.perf_counter()
+        twin = solve_seeded_brkga(problem, 5000, 0)
+        twin_wall = time.perf_counter() - start
+        ranker = MoveRanker.load(args.weights)
+        start = time.perf_counter()
+        learned = solve_seeded_brkga(problem, 5000, 0,
+                                     climb_options=dict(rank_moves=ranker, draw=DRAW))
+        wall = time.perf_counter() - start
+        cells.append([f"{Path(path).parent.name}/{Path(path).name}", problem.graph.num_nodes,
+                      f"{twin_wall:.2f}", f"{wall:.2f}", f"{ranker.elapsed:.2f}",
+                      f"{100 * ranker.elapsed / wall:.1f}%", ranker.calls,
+                      f"{twin.value:.0f}", f"{learned.value:.0f}"])
+    text = ("Budget 5,000, peak memory, 2 devices, seed 0, one process (numba on 1 thread):\n\n"
+            + "\n".join(markdown_table(
+                ["graph", "ops", "twin wall s", "learned wall s", "in ranker s",
+                 "ranker share", "ranker calls", "twin value", "learned value"], cells,
+                "lrrrrrrrr")) + "\n")
+    print(text, flush=True)
+    return text
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("step", choices=("log", "fit", "eval", "timing", "all"))
+    parser.add_argument("--train", type=Path, default=TRAIN)
+    parser.add_argument("--train-count", type=int, default=60)
+    parser.add_argument("--logs", type=Path, default=LOGS)
+    parser.add_argument("--log-budget", type=int, default=3000)
+    parser.add_argument("--keep", type=float, default=0.5, help="share of logged steps stored")
+    parser.add_argument("--plain-share", type=float, default=0.3,
+                        help="share of logging steps that follow the drawing order")
+    parser.add_argument("--weights", type=Path, default=WEIGHTS)
+    parser.add_argument("--valid", type=Path, default=VALID)
+    parser.add_argument("--valid-count", type=int, default=16)
+    parser.add_argument("--budgets", nargs="+", type=int, default=[1000, 5000])
+    parser.add_argument("--objectives", nargs="+", default=["peak_memory", "makespan"],
+                        choices=("peak_memory", "makespan"))
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS),
+                        help="twin, learned (the ranker at draw 4), placebo (draw 4 in drawing "
+                             "order: the noise floor)")
+    parser.add_argument("--large", type=Path, default=LARGE)
+    parser.add_argument("--records", type=Path, default=RECORDS)
+    parser.add_argument("--ceilings", type=Path, default=CEILINGS)
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.workers == 1:
+        set_numba_threads(1)
+    sections = []
+    if args.step in ("log", "all"):
+        log_main(args)
+    if args.step in ("fit", "all"):
+        sections.append("## Fit: held-out ranking quality\n\n" + fit_main(args))
+    if args.step in ("eval", "all"):
+        sections.append("## Evaluation against the twin\n\n" + eval_main(args))
+    if args.step in ("timing", "all"):
+        sections.append("## The ranker's share of the wall time\n\n" + timing_main(args))
+    if args.step == "all":
+        command = " ".join(["python experiments/move_ranker.py", *(argv or sys.argv[1:])])
+        write_text(args.out, "# A learned move ranker for the climbs\n\nMade by "
+                   f"`{command}` (numba on one thread).\n\n" + "\n".join(sections))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,216 @@
+"""The learned move ranker (`regal.search.advantage`): its features on a hand-made case, its
+weights' round trip, and its use as a climb's `rank_moves` (budget, determinism, shapes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from regal import synth
+from regal.decode import encode
+from regal.graph_builder import GraphBuilder
+from regal.optimizers import Problem
+from regal.search.advantage import FEATURES, REGIMES, MoveRanker, move_features
+from regal.search.climb import Climb
+from regal.sim import DeviceSpec
+
+SHIPPED = Path(__file__).resolve().parents[1] / "data/policy/move_ranker.npz"
+
+
+def _chain_graph():
+    """a -> b -> c (a's output 100 bytes, b's 1) and p -> q (p's output 50 bytes)."""
+    b = GraphBuilder()
+    a = b.add_op("a", 1.0)
+    b.add_output(a, 100)
+    v = b.add_op("b", 1.0)
+    b.add_input(v, a)
+    b.add_output(v, 1)
+    c = b.add_op("c", 1.0)
+    b.add_input(c, v)
+    p = b.add_op("p", 1.0)
+    b.add_output(p, 50)
+    q = b.add_op("q", 1.0)
+    b.add_input(q, p)
+    return b.build()
+
+
+def _climb_at(problem, placement, priority):
+    """A climb whose incumbent is the given solution (traced, as the climb traces its own)."""
+    climb = Climb(problem, 5, 0, heuristics=())
+    d = problem.devices.count
+    climb.current = encode(np.asarray(placement, np.int32), priority, priority, d)
+    climb._refresh(climb.current)
+    return climb
+
+
+PRIORITY = np.linspace(0.9, 0.0, 5)        # a, b, c, p, q in id order (keys in [0, 1])
+
+
+def _features(climb, placement=None, priority=None):
+    """Features of the incumbent with ops moved (`placement`) or priority keys set
+    (`priority`: {op: key}), the way the climb's moves change it."""
+    from regal.decode import split
+
+    keys = climb.current.copy()
+    n, d = climb.problem.graph.num_nodes, climb.problem.devices.count
+    affinity, prio, _ = split(keys, n, d)
+    if placement is not None:
+        affinity[:] = 0.0
+        affinity[np.arange(n), placement] = 1.0
+    for op, value in (priority or {}).items():
+        prio[op] = value
+    return dict(zip(FEATURES, move_features(climb, keys[None, :])[0]))
+
+
+def test_the_incumbent_peaks_where_the_hand_computation_says():
+    # all on device 0 in id order: a [0,1), b [1,2), c [2,3), p [3,4), q [4,5); the peak is
+    # while b runs: a's 100 bytes (b reads them) and b's own 1 byte, 101 in all
+    climb = _climb_at(Problem(_chain_graph(), DeviceSpec(2)), [0] * 5, PRIORITY)
+    facts = climb.moves.facts
+    assert facts.device == 0 and facts.peaks.tolist() == [101, 0]
+    assert sorted(facts.tensors.tolist()) == [0, 1]
+
+
+def test_moving_a_live_tensors_producer_and_consumer_off_the_peak_device():
+    climb = _climb_at(Problem(_chain_graph(), DeviceSpec(2)), [0] * 5, PRIORITY)
+    x = _features(climb, [1, 1, 0, 0, 0])             # a and b move to device 1
+    # a's tensor (100 bytes) leaves device 0: its producer and its only waiting reader moved
+    assert x["live_leave"] == pytest.approx(100 / 101)
+    # b's tensor (1 byte) is made elsewhere but c, which still waits for it, stays
+    assert x["live_partial"] == pytest.approx(1 / 101)
+    assert x["bytes_off_k"] == pytest.approx(101 / 101)   # a: 100 + b: 1
+    assert x["bytes_onto_k"] == 0 and x["overflow"] == 0
+    assert x["fill"] == pytest.approx(1.0)             # 101 bytes onto a device with 101 of room
+    assert x["rise_t"] == pytest.approx(0.0) and x["overflow_t"] == 0   # device 1 was empty
+    assert x["moved_ops"] == pytest.approx(2 / 5)
+    assert x["cut_edges"] == pytest.approx(1 / 5)      # b -> c now crosses devices
+    assert x["reorder"] == 0 and x["noop"] == 0
+    # only the producer moves: b, its waiting reader, stays, so the tensor comes back
+    y = _features(climb, [1, 0, 0, 0, 0])
+    assert y["live_leave"] == 0 and y["live_partial"] == pytest.approx(100 / 101)
+    assert y["rise_t"] == pytest.approx(100 / 101 - 1)   # a's 100 bytes onto the empty device
+
+
+def test_moves_onto_a_busy_device_see_its_memory_while_the_moved_ops_ran():
+    # a, b, q on device 0 and c, p on device 1: p runs first there, [0, 1), and its 50 bytes
+    # stay until their copy to q has arrived; device 0 peaks at a's 100 + b's 1 + p's 50 copy
+    climb = _climb_at(Problem(_chain_graph(), DeviceSpec(2)), [0, 0, 1, 1, 0], PRIORITY)
+    facts = climb.moves.facts
+    assert facts.device == 0 and facts.peaks.tolist() == [151, 51]
+    P = 151.0
+    # a ran [0, 1) while device 1 held p's 50 bytes: a's 100 bytes land on them
+    y = _features(climb, [1, 0, 1, 1, 0])
+    assert y["rise_t"] == pytest.approx((50 + 100 - P) / P) and y["overflow_t"] == 0
+    # q (no bytes of its own) ran late, when device 1 held only b's 1-byte copy
+    x = _features(climb, [0, 0, 1, 1, 1])
+    assert x["rise_t"] == pytest.approx((1 + 0 - P) / P)
+
+
+def test_reorders_are_described_by_what_they_do_to_the_live_tensors():
+    climb = _climb_at(Problem(_chain_graph(), DeviceSpec(2)), [0] * 5, PRIORITY)
+    # a (the producer of the 100 live bytes) after p: rank 0 -> 3, later by 3 of 5 ops
+    # (the climb re-ranks its incumbent's keys: a 1, b 0.75, c 0.5, p 0.25, q 0)
+    x = _features(climb, priority={0: 0.1})
+    assert x["reorder"] == 1 and x["moved_ops"] == 0 and x["noop"] == 0
+    assert x["good_reorder"] == pytest.approx(100 / 101) and x["bad_reorder"] == 0
+    assert x["jump_k"] == pytest.approx(3 / 5)
+    # p right after a: it started after the peak and now runs before it, with its 50 bytes
+    y = _features(climb, priority={3: 1.0})     # ties go to the lower id: after a
+    assert y["alloc_before_peak"] == pytest.approx(50 / 101)
+    assert y["good_reorder"] == 0 and y["jump_k"] == pytest.approx(2 / 5)   # rank 3 -> 1
+    # the incumbent itself: nothing changes
+    z = _features(climb, [0] * 5)
+    assert z["noop"] == 1 and z["reorder"] == 1
+    z = _features(climb, priority={3: 0.2})      # p still between c and q
+    assert z["noop"] == 1 and z["reorder"] == 1
+    assert sum(abs(v) for k, v in z.items() if k not in ("noop", "reorder")) == 0
+
+
+def _ranker(seed=3):
+    rng = np.random.default_rng(seed)
+    return MoveRanker(rng.normal(size=(len(REGIMES), len(FEATURES))), rng.normal(size=3),
+                      rng.normal(size=len(FEATURES)), rng.uniform(0.5, 2, len(FEATURES)))
+
+
+def test_saved_and_loaded_weights_give_identical_scores(tmp_path):
+    problem = Problem(synth.random_dag(60, 5), DeviceSpec(3))
+    climb = Climb(problem, 50, 0)
+    drawn = climb.moves.neighbours(climb.current, 40, 0.85)
+    ranker = _ranker()
+    ranker.save(tmp_path / "ranker.npz")
+    again = MoveRanker.load(tmp_path / "ranker.npz")
+    first, second = ranker(climb, drawn), again(climb, drawn)
+    assert first.shape == (40,)
+    assert np.array_equal(first, second)
+    assert np.array_equal(first, ranker(climb, drawn))     # and the cached context agrees
+
+
+def test_weights_for_other_features_are_refused(tmp_path):
+    path = tmp_path / "other.npz"
+    np.savez(path, weights=np.zeros((3, 2)), bias=np.zeros(3), mean=np.zeros(2),
+             scale=np.ones(2), features=np.array(["a", "b"]), regimes=np.array(REGIMES),
+             meta=np.array(""))
+    with pytest.raises(ValueError, match="other features"):
+        MoveRanker.load(path)
+
+
+def _problems():
+    graph = synth.random_dag(70, 5)
+    b = GraphBuilder()       # a graph with colocation groups: they move as a whole
+    prev = None
+    for i in range(30):
+        v = b.add_op(f"op{i}", 1.0 + i % 3, temporary_memory=i % 4)
+        b.add_output(v, 10 + 7 * (i % 5))
+        if prev is not None:
+            b.add_input(v, prev)
+        if i >= 2 and i % 3 == 0:
+            b.add_input(v, v - 2)
+        prev = v
+    for i in range(0, 30, 6):
+        b.colocate(i, i + 1)
+    grouped = b.build()
+    return [Problem(graph, DeviceSpec(2)), Problem(graph, DeviceSpec(4)),
+            Problem(graph, DeviceSpec(2, memory_limit=1500), "makespan"),
+            Problem(grouped, DeviceSpec(3))]
+
+
+PROBLEMS = _problems()
+
+
+@pytest.mark.parametrize("which", range(len(PROBLEMS)))
+def test_the_ranker_drives_a_climb_within_budget_and_deterministically(which):
+    problem = PROBLEMS[which]
+    answers = []
+    for _ in range(2):
+        ranker = _ranker()
+        climb = Climb(problem, 400, 7, rank_moves=ranker, draw=4).run(400)
+        assert climb.used <= 400
+        assert ranker.calls > 0
+        sol = climb.solution()
+        assert sol.evaluations <= 400
+        answers.append(sol)
+    first, again = answers
+    assert np.array_equal(first.placement, again.placement)
+    assert np.array_equal(first.priority, again.priority)
+    assert first.value == again.value and first.extra == again.extra
+
+
+def test_scores_have_one_entry_per_drawn_neighbour_and_features_are_finite():
+    for problem in PROBLEMS:
+        climb = Climb(problem, 60, 1)
+        for count in (1, 7, 64):
+            drawn = climb.moves.neighbours(climb.current, count, 0.85)
+            x = move_features(climb, drawn)
+            assert x.shape == (count, len(FEATURES)) and np.isfinite(x).all()
+            assert _ranker()(climb, drawn).shape == (count,)
+
+
+@pytest.mark.skipif(not SHIPPED.is_file(), reason="no shipped move ranker weights")
+def test_the_shipped_weights_load_and_rank():
+    ranker = MoveRanker.load(SHIPPED)
+    climb = Climb(PROBLEMS[0], 60, 1)
+    drawn = climb.moves.neighbours(climb.current, 32, 0.85)
+    scores = ranker(climb, drawn)
+    assert scores.shape == (32,) and np.isfinite(scores).all()
