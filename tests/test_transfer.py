@@ -147,3 +147,31 @@ def test_generalisation_splits_are_random_dags_and_network_inference_and_trainin
     backward = {t for t in kinds["large_net_train"] if t.endswith("Grad") or t.startswith("Apply")}
     assert backward
     assert not {t for t in kinds["large_net"] if t.endswith("Grad") or t.startswith("Apply")}
+
+
+def test_policy_adds_by_hand():
+    """REGAL minus its twin in points of BRKGA-5K, per graph over the seeds both have: graph
+    a (seeds 0, 1): BRKGA mean 100, twin 90, REGAL 88 -> +2; graph b: BRKGA 200, twin 150,
+    REGAL 154 -> -2; runs of other options, budgets or failed runs are left out."""
+    transfer = experiment("transfer")
+    opts = {"regal": {"policy_dir": "p"}, "seeded-brkga": {"race": [0.1]}}
+
+    def rec(method, graph, seed, value, options=None, budget=5000, status="ok"):
+        options = opts.get(method, {}) if options is None else options
+        return dict(method=method, dataset="d", devices=2, objective="peak_memory",
+                    fingerprint=graph, seed=seed, value=value, budget=budget, status=status,
+                    options=json.dumps(options, sort_keys=True))
+
+    records = [rec("brkga", "a", 0, 100), rec("brkga", "a", 1, 100),
+               rec("seeded-brkga", "a", 0, 80), rec("seeded-brkga", "a", 1, 100),
+               rec("regal", "a", 0, 88), rec("regal", "a", 1, 88), rec("regal", "a", 2, 1),
+               rec("brkga", "b", 0, 200), rec("seeded-brkga", "b", 0, 150),
+               rec("regal", "b", 0, 154),
+               rec("regal", "b", 0, 1, options={"policy_dir": "other"}),
+               rec("regal", "b", 0, 1, budget=1000), rec("brkga", "c", 0, 5),
+               rec("regal", "c", 0, 1, status="error")]
+    [row] = transfer.policy_adds(records, opts)
+    assert (row["graphs"], row["ahead"], row["behind"]) == (2, 1, 1)
+    assert row["mean"] == pytest.approx(0.0) and row["low"] == pytest.approx(-2.0)
+    assert row["high"] == pytest.approx(2.0) and row["se"] == pytest.approx(2.0)
+    assert "| d | 2 | peak_memory | 2 | +0.00 (2.00) |" in transfer.policy_adds_markdown([row])
