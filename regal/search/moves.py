@@ -152,7 +152,9 @@ class Moves:
 
     def _group_of(self, ops: np.ndarray) -> np.ndarray:
         """`ops` widened to whole colocation groups, pinned groups left out."""
-        ops = np.unique(np.asarray(ops, dtype=np.int64))
+        ops = np.asarray(ops, dtype=np.int64)
+        if len(ops) > 1:          # most moves name one op: np.unique of it is itself
+            ops = np.unique(ops)
         if self.grouped and len(ops):
             order, ptr = self._members
             leaders = np.unique(self.leaders[ops])
