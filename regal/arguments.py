@@ -407,6 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("graphs", nargs="+", metavar="GRAPH", help="graph files")
     p.add_argument("--devices", type=device_count, nargs="+", required=True, metavar="D")
     p.add_argument("--bytes", action="store_true", help="print the bound in bytes only")
+    p.add_argument("--time-limit", type=positive_float, default=None, metavar="SECONDS",
+                   help="seconds per graph and device count for the min-cut argument "
+                        "(start_cut) to try every op: a tighter bound for more time "
+                        "(default: the cheap bound)")
     p.set_defaults(command="bounds")
 
     model_help = ("the model the solution's graph was imported from (as for `regal import`)")

@@ -1,6 +1,6 @@
 """Proven lower bounds on the peak-memory objective (max over devices of the simulated peak).
 
-`lower_bound(graph, devices)` takes the max of three arguments, each valid for EVERY placement
+`lower_bound(graph, devices)` takes the max of four arguments, each valid for EVERY placement
 that honours the graph's colocation groups and pins, and every priority order, under the rules
 of regal/sim/SIM_RULES.md ([Rn] below). Shared facts:
 
@@ -33,17 +33,38 @@ Arguments (bytes):
    holds ceil(m/d) of the m largest items, so >= the sum of the ceil(m/d) smallest of them
    (m = d + 1: the d-th plus the (d+1)-th largest).
 3. op_start: when op v starts, besides its working set (one item on its device), these are
-   live somewhere: every other op's persistent memory; every non-alias tensor produced by a
-   strict ancestor of v (data or control; it has finished) that has no consumer, or that a
-   strict descendant of v still needs (that consumer has not started, so the producer's copy
-   is kept for it, or its transfer has started and the destination copy waits for it [R5, R6]).
-   Those tensors are outside v's alias trees (their roots are excluded), so no byte counts
-   twice. Bound: ceil(total / d) for every op; the full packing bound of (2) for the few ops
-   with the largest totals. Only the `_COLUMNS` largest tensors are tracked (a subset keeps
-   the bound valid), as bitsets propagated level by level over the DAG.
+   live somewhere: every other op's persistent memory, and per alias tree other than v's input
+   trees, the copy that (F4) below finds. Trees hold distinct copies, outside v's working set
+   (its input trees are left out; its new outputs' trees have not started yet) and outside
+   persistent memory, so no byte counts twice. Bound: ceil(total / d) for every op; the full
+   packing bound of (2) for the few ops with the largest totals (a tree whose root has no
+   consumer is held on its producer's device: it joins that op's class item).
+   (F4) alias-tree layers. Give every tensor of a tree its chain cost (F3); with distinct
+   costs c1 > ... > cm the tree gets m layers, layer j of weight c_j - c_(j+1) (c_(m+1) = 0),
+   "produced" by the root's producer and "read" by every consumer of the tree's tensors of
+   cost >= c_j (never freed if one of them has no consumer). Claim: if the producer p of layer
+   j is a strict ancestor of v (it has started) and a reader r is a strict descendant of v (r
+   has not started; r != v as v reads no tensor of the tree), or a tensor of cost >= c_j has
+   no consumer, then some tensor of the tree with chain cost >= c_j holds a live copy of >= c_j
+   bytes on one device. Walk from the tensor T0 that r reads (or the unconsumed one): if its
+   producer has started, a copy of T0 is live (a consumer has not started: the producer's
+   copy is kept for it, or its transfer has started and the destination copy waits for it
+   [R5, R6]; an unconsumed tensor is never freed) and it holds >= chain_cost(T0) bytes on one
+   device (F3); if not, that producer is a consumer of T0's source that has not started: walk
+   on to the source, whose chain cost is no smaller (chain costs only grow towards the root),
+   until the root, whose producer p has started. So the tree holds at least the largest c_j
+   of its set layers, which is the sum of their weights. For a tree of one non-alias tensor
+   this is the plain "produced by a strict ancestor, needed by a strict descendant (or never
+   freed)". Only the `_COLUMNS` heaviest layers are tracked (dropping layers only lowers the
+   sums), as bitsets propagated level by level over the DAG.
+4. start_cut (regal/bounds_cut.py): argument 3's live set holds for every set of ops started
+   before v; the least live bytes over each such set (an ideal of the DAG holding v's
+   ancestors and none of its descendants) is a minimum s-t cut, one max flow per op, on as
+   many ops as a work budget (or `time_limit`) allows. Its proof is that module's docstring.
 
 Cost: O(n + e) numpy work plus O(n * _COLUMNS / 64) for the bitsets and a Python loop over
-the (rare) ops that read two tensors of one alias tree.
+the (rare) ops that read two tensors of one alias tree; start_cut: a fixed budget of max-flow
+work (about 0.1-1 s on graphs of thousands of ops), or `time_limit` seconds.
 """
 
 from __future__ import annotations
@@ -59,13 +80,14 @@ from regal.units import format_bytes
 __all__ = ["Bound", "lower_bound", "format_bound", "gap_to_bound", "packing_bound",
            "op_working_sets"]
 
-_COLUMNS = 2048      # tensors tracked by the op_start bitsets (the largest ones)
+_COLUMNS = 2048      # alias-tree layers tracked by the op_start bitsets (the heaviest ones)
 _CANDIDATES = 32     # ops whose op_start items get the full packing bound
 
 _DESCRIBE = {
     "working_set": "working set of one op",
     "end_state": "persistent memory and never-freed outputs",
     "op_start": "everything live when one op starts",
+    "start_cut": "least live when one op starts, over every set of ops started before it",
 }
 
 
@@ -105,22 +127,36 @@ def packing_bound(items, devices: int) -> int:
     return best
 
 
-def lower_bound(graph, devices, extra: Mapping[str, object] | None = None) -> Bound:
+def lower_bound(graph, devices, extra: Mapping[str, object] | None = None,
+                time_limit: float | None = None) -> Bound:
     """The best proven lower bound on max_k peak[k] over every placement and order.
 
     `devices`: a regal.sim.DeviceSpec or a device count. `extra`: more bounds by name, each a
     number of bytes (a proven bound; floats are rounded up, less a 1e-9 relative tolerance) or
     a `Bound` (its `proven` flag is kept). The value is the max; `source` names its argument.
+    `time_limit`: None (the default) keeps every argument cheap (start_cut tries the ops a
+    fixed work budget allows); seconds let start_cut try every op until that time is spent (a
+    tighter bound for more time, never a looser one).
     """
+    from regal.bounds_cut import start_cut
+
     d = _device_count(devices)
+    if time_limit is not None and (isinstance(time_limit, bool)
+                                   or not isinstance(time_limit, (int, float, np.integer,
+                                                                  np.floating))
+                                   or not (math.isfinite(time_limit) and time_limit > 0)):
+        raise ValueError(f"time_limit: expected seconds > 0, got {time_limit!r}")
     facts = _Facts(graph, d)
     working, working_op = _working_set(facts)
     end_value, end_detail = _end_state(facts)
     start_value, start_op = _op_start(facts)
-    components = {"working_set": working, "end_state": end_value, "op_start": start_value}
+    cut_value, cut_op, tried = start_cut(facts, time_limit)
+    components = {"working_set": working, "end_state": end_value, "op_start": start_value,
+                  "start_cut": cut_value}
     proven = {name: True for name in components}
     details = {"working_set": f"op {facts.name(working_op)}", "end_state": end_detail,
-               "op_start": f"op {facts.name(start_op)}"}
+               "op_start": f"op {facts.name(start_op)}",
+               "start_cut": f"op {facts.name(cut_op)}, {tried} of {facts.n} ops tried"}
     for name, value in (extra or {}).items():
         if name in components:
             raise ValueError(f"extra: {name!r} is the name of a built-in argument")
@@ -380,63 +416,128 @@ def _propagate(level: np.ndarray, src: np.ndarray, dst: np.ndarray, own: np.ndar
     return reach
 
 
+def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The concatenation of arange(start[i], start[i] + count[i]) over i (int64)."""
+    count = np.asarray(count, dtype=np.int64)
+    offset = (np.arange(int(count.sum()), dtype=np.int64)
+              - np.repeat(np.cumsum(count) - count, count))
+    return np.repeat(np.asarray(start, dtype=np.int64), count) + offset
+
+
+class _Layers:
+    """The alias-tree "layers" of argument 3. A tree whose tensors (of chain cost > 0) have the
+    distinct chain costs c1 > c2 > ... > cm gets m layers; layer j weighs c_j - c_(j+1)
+    (c_(m+1) = 0), is produced by the tree root's producer, and is read by every consumer of
+    the tree's tensors of cost >= c_j (never freed when one of them has no consumer). Only the
+    `_COLUMNS` heaviest layers are kept (dropping layers only lowers the bound)."""
+
+    def __init__(self, f: _Facts) -> None:
+        member = np.flatnonzero(f.chain_cost > 0)
+        member = member[np.lexsort((-f.chain_cost[member], f.root[member]))]
+        roots, cost = f.root[member], f.chain_cost[member]
+        new_tree = np.concatenate([[True], roots[1:] != roots[:-1]])[:len(member)]
+        new_cost = new_tree | np.concatenate([[True], cost[1:] != cost[:-1]])[:len(member)]
+        index = np.cumsum(new_cost) - 1                  # member -> its own cost's layer
+        first = np.flatnonzero(new_cost)
+        layer_root, layer_cost = roots[first], cost[first]
+        lower = np.zeros(len(first), dtype=np.int64)     # the next layer's cost in the tree
+        if len(first) > 1:
+            lower[:-1] = np.where(layer_root[1:] == layer_root[:-1], layer_cost[1:], 0)
+        weight = layer_cost - lower
+        # a member of cost c_i belongs to layers i..m of its tree (cost >= c_j)
+        tree_end = np.concatenate([np.flatnonzero(np.diff(layer_root) != 0) + 1, [len(first)]])
+        tree_of_layer = np.cumsum(np.concatenate([[True], layer_root[1:] != layer_root[:-1]])
+                                  [:len(first)]) - 1
+        end = tree_end[tree_of_layer[index]]
+        count = end - index
+        m_tensor = np.repeat(member, count)
+        m_layer = _ranges(index, count)
+        keep = np.zeros(len(first), dtype=bool)
+        keep[np.argsort(-weight, kind="stable")[:_COLUMNS]] = True
+        keep &= weight > 0
+        renumber = np.cumsum(keep) - 1
+        sel = keep[m_layer]
+        self.tensor, self.layer = m_tensor[sel], renumber[m_layer[sel]]  # (member, layer) pairs
+        self.root, self.weight = layer_root[keep], weight[keep].astype(np.int64)
+        self.producer = f.producer[self.root]
+        self.count = int(keep.sum())
+        never = np.zeros(self.count, dtype=bool)
+        never[self.layer[~f.consumed[self.tensor]]] = True
+        self.never_freed = never
+        # (op, layer): op reads a tensor of the layer
+        cptr = np.asarray(f.graph.consumer_ptr, dtype=np.int64)
+        ccount = cptr[self.tensor + 1] - cptr[self.tensor]
+        consumer = np.asarray(f.graph.consumer, dtype=np.int64)[_ranges(cptr[self.tensor], ccount)]
+        pair = np.unique(consumer * max(self.count, 1) + np.repeat(self.layer, ccount))
+        self.read_op, self.read_layer = pair // max(self.count, 1), pair % max(self.count, 1)
+        # (op, layer) pairs to clear: v's own input trees are in its working set
+        tree = np.full(f.t, -1, dtype=np.int64)
+        first_of_tree = np.flatnonzero(np.concatenate([[True], self.root[1:] != self.root[:-1]])
+                                       [:self.count])
+        tree[self.root[first_of_tree]] = np.arange(len(first_of_tree))
+        lo = first_of_tree
+        hi = np.concatenate([first_of_tree[1:], [self.count]])
+        pairs = np.unique(f.in_op * max(f.t, 1) + f.root[f.in_tensor])
+        p_op, p_tree = pairs // max(f.t, 1), tree[pairs % max(f.t, 1)]
+        ok = p_tree >= 0
+        p_op, p_tree = p_op[ok], p_tree[ok]
+        span = hi[p_tree] - lo[p_tree]
+        self.own_op = np.repeat(p_op, span)
+        self.own_layer = _ranges(lo[p_tree], span)
+        self.tree_start = first_of_tree
+
+
 def _op_start(f: _Facts) -> tuple[int, int]:
     """Argument 3 (see the module docstring)."""
     g, n = f.graph, f.n
-    tracked = np.flatnonzero((f.alias < 0) & (f.size > 0))
-    if len(tracked) > _COLUMNS:
-        tracked = tracked[np.argsort(-f.size[tracked], kind="stable")[:_COLUMNS]]
-    cols = len(tracked)
+    layers = f.layers = _Layers(f)
+    cols = layers.count
     words = max(1, -(-cols // 64))
-    column = np.full(f.t, -1, dtype=np.int64)
-    column[tracked] = np.arange(cols)
 
-    def bits(ops: np.ndarray, tensors: np.ndarray) -> np.ndarray:
-        rows = np.zeros((n, words), dtype=np.uint64)
-        c = column[tensors]
-        keep = c >= 0
-        ops, c = ops[keep], c[keep]
+    def bits(ops: np.ndarray, c: np.ndarray, rows: int = n) -> np.ndarray:
+        out = np.zeros((rows, words), dtype=np.uint64)
         one = np.left_shift(np.uint64(1), (c % 64).astype(np.uint64))
-        np.bitwise_or.at(rows, (ops, c // 64), one)
-        return rows
+        np.bitwise_or.at(out, (ops, c // 64), one)
+        return out
 
-    produced = bits(f.producer[tracked], tracked)
-    read = bits(f.in_op, f.in_tensor)
-    never_freed = np.zeros(words, dtype=np.uint64)
-    unconsumed_cols = column[tracked[~f.consumed[tracked]]]
-    np.bitwise_or.at(never_freed, unconsumed_cols // 64,
-                     np.left_shift(np.uint64(1), (unconsumed_cols % 64).astype(np.uint64)))
+    column = np.arange(cols, dtype=np.int64)
+    produced = bits(layers.producer, column)
+    read = bits(layers.read_op, layers.read_layer)
+    never = column[layers.never_freed]
+    never_freed = bits(np.zeros(len(never), dtype=np.int64), never, rows=1)[0]
     level = _levels(g)
     dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(g.pred_ptr))
     src = np.asarray(g.pred, dtype=np.int64)
     before = _propagate(level, src, dst, produced, descending=False)   # by strict ancestors
     after = _propagate(level, dst, src, read, descending=True)         # read by strict descendants
     live = before & (after | never_freed)
-    # exclude the roots of v's own inputs (their bytes are in v's working set)
-    roots = np.unique(f.in_op * max(f.t, 1) + f.root[f.in_tensor])
-    r_op, r_col = roots // max(f.t, 1), column[roots % max(f.t, 1)]
-    keep = r_col >= 0
-    r_op, r_col = r_op[keep], r_col[keep]
-    mask = np.left_shift(np.uint64(1), (r_col % 64).astype(np.uint64))
-    np.bitwise_and.at(live, (r_op, r_col // 64), ~mask)
-    live_bytes = _weighted_popcount(live, f.size[tracked])
+    mask = np.left_shift(np.uint64(1), (layers.own_layer % 64).astype(np.uint64))
+    np.bitwise_and.at(live, (layers.own_op, layers.own_layer // 64), ~mask)
+    f.live = live
+    live_bytes = _weighted_popcount(live, layers.weight)
 
     total_persistent = int(f.persistent.sum())
     total = f.working + total_persistent - f.class_persistent[f.cls] + live_bytes
+    f.start_total = total
     per_op = -(-total // f.d)
     best_v = int(np.argmax(per_op))
     best = int(per_op[best_v])
+    if cols == 0:
+        return best, best_v
+    tree_root = layers.root[layers.tree_start]
+    # a tree whose root has no consumer holds the root's copy on its producer's device forever
+    anchored_tree = ~f.consumed[tree_root]
     # the full packing bound for the ops with the largest totals
     for v in np.argsort(-total, kind="stable")[:_CANDIDATES].tolist():
         if total[v] <= best:  # a packing bound never exceeds the total it packs
             break
-        row = np.unpackbits(live[v].astype("<u8").view(np.uint8), bitorder="little")[:cols].astype(bool)
-        tensors = tracked[row]
-        unconsumed = ~f.consumed[tensors]
-        items = f.class_persistent.copy()  # never-freed ancestor outputs join their class
-        np.add.at(items, f.cls[f.producer[tensors[unconsumed]]], f.size[tensors[unconsumed]])
+        row = np.unpackbits(live[v].astype("<u8").view(np.uint8), bitorder="little")[:cols]
+        held = np.add.reduceat(np.where(row.astype(bool), layers.weight, 0), layers.tree_start)
+        anchored = anchored_tree & (held > 0)
+        items = f.class_persistent.copy()
+        np.add.at(items, f.cls[f.producer[tree_root[anchored]]], held[anchored])
         items[f.cls[v]] += f.working[v] - f.class_persistent[f.cls[v]]
-        value = packing_bound(np.concatenate([items, f.size[tensors[~unconsumed]]]), f.d)
+        value = packing_bound(np.concatenate([items, held[~anchored]]), f.d)
         if value > best:
             best, best_v = value, v
     return best, best_v

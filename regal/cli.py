@@ -463,11 +463,11 @@ def cmd_bounds(args) -> int:
     for path in args.graphs:
         graph = load_graph(path)
         for d in args.devices:
-            bound = lower_bound(graph, DeviceSpec(d))
+            bound = lower_bound(graph, DeviceSpec(d), time_limit=args.time_limit)
             if args.bytes:
                 print(f"{path} d={d}: {bound.value}")
             else:
-                print(f"{path} d={d}: {format_bound(bound)}")
+                print(f"{path} d={d}: {format_bound(bound)} [argument: {bound.source}]")
     return 0
 
 

@@ -314,3 +314,198 @@ def test_format_and_gap():
     assert gap_to_bound(110, 100) == pytest.approx(0.10)
     assert gap_to_bound(110, bound) == pytest.approx(110 / bound.value - 1)
     assert gap_to_bound(0, 0) == 0.0 and gap_to_bound(5, 0) == math.inf
+
+
+# ---------------------------------------------------------------------------
+# alias-tree layers (op_start) and the minimum-cut argument (start_cut): validity against the
+# exhaustive optimum with aliases, control edges, colocation groups and pins, and hand cases
+# where each is strictly tighter than the plain arguments and equal to the optimum
+
+
+def _constrained_graph(rng, n: int, d: int):
+    """A random DAG of n ops (ids not in topological order) with aliases (and chains),
+    repeated inputs, unconsumed outputs, control edges, temporary / persistent memory, and
+    colocation groups and pins (to devices < d)."""
+    rank = rng.permutation(n)
+    by_rank = np.argsort(rank)
+    b = GraphBuilder()
+    for v in range(n):
+        b.add_op(f"op{v}", float(rng.integers(0, 3)),
+                 temporary_memory=int(rng.integers(0, 5)) * 8 * int(rng.random() < 0.5),
+                 persistent_memory=int(rng.integers(0, 5)) * 8 * int(rng.random() < 0.3))
+    num_outputs = rng.integers(0, 3, size=n)
+    inputs = [[] for _ in range(n)]
+    for r in range(1, n):
+        v = int(by_rank[r])
+        earlier = [int(u) for u in by_rank[:r] if num_outputs[u] > 0]
+        for _ in range(int(rng.integers(0, 3)) if earlier else 0):
+            u = int(rng.choice(earlier))
+            inputs[v].append((u, int(rng.integers(0, num_outputs[u]))))
+            if rng.random() < 0.1:
+                inputs[v].append(inputs[v][-1])
+    for v in range(n):
+        for u, port in inputs[v]:
+            b.add_input(v, u, port)
+        for _ in range(int(num_outputs[v])):
+            alias = int(rng.integers(0, len(inputs[v]))) if inputs[v] and rng.random() < 0.5 else -1
+            b.add_output(v, int(rng.integers(0, 9)) * 8, alias)
+    for _ in range(int(rng.integers(0, n))):
+        lo, hi = sorted(rng.choice(n, size=2, replace=False).tolist()) if n > 1 else (0, 0)
+        if lo != hi:
+            b.add_control(int(by_rank[lo]), int(by_rank[hi]))
+    group = list(range(n))  # union-find, so that one group gets at most one pin
+
+    def find(x):
+        while group[x] != x:
+            x = group[x]
+        return x
+
+    for _ in range(int(rng.integers(0, 2)) if n > 1 else 0):
+        a, c = rng.choice(n, size=2, replace=False).tolist()
+        b.colocate(a, c)
+        group[find(a)] = find(c)
+    pinned = set()
+    for v in rng.permutation(n)[:int(rng.integers(0, 3))].tolist():
+        if find(v) not in pinned:
+            b.pin(v, int(rng.integers(0, d)))
+            pinned.add(find(v))
+    return b.build()
+
+
+def test_bound_never_exceeds_the_optimum_with_groups_pins_and_aliases():
+    """The exhaustive optimum (placements honouring groups and pins x op orders x transfer
+    orders) on 1-3 devices (4 ops), 4 and 8 devices (3 ops); the bound with every op cut."""
+    rng = np.random.default_rng(2024)
+    checked = binding = 0
+    for i in range(70):
+        d = [1, 2, 3, 4, 8][i % 5]
+        n = int(rng.integers(1, 5 if d <= 3 else 4))
+        graph = _constrained_graph(rng, n, d)
+        optimum = brute_force_optimum(graph, d)
+        bound = lower_bound(graph, d, time_limit=5.0)
+        assert bound.value <= optimum, (i, d, bound, optimum)
+        assert lower_bound(graph, d).value <= bound.value
+        checked += 1
+        binding += bound.value == optimum
+    assert checked == 70 and binding >= 10
+
+
+def test_bound_never_exceeds_the_one_device_optimum_of_larger_graphs():
+    """One device, 5-7 ops: every order (op_start and start_cut bind most on one device)."""
+    rng = np.random.default_rng(77)
+    tighter = 0
+    for i in range(30):
+        graph = _constrained_graph(rng, int(rng.integers(5, 8)), 1)
+        n = graph.num_nodes
+        orders = np.asarray(list(itertools.permutations(range(n))), dtype=np.float64)
+        keys = np.concatenate([np.ones((len(orders), n)), orders, orders], axis=1)
+        optimum = int(evaluate(graph, DeviceSpec(1), keys, threads=1).min())
+        bound = lower_bound(graph, 1, time_limit=5.0)
+        assert bound.value <= optimum, (i, bound, optimum)
+        c = bound.components
+        tighter += max(c["op_start"], c["start_cut"]) > max(c["working_set"], c["end_state"])
+    assert tighter >= 3
+
+
+def test_bound_never_exceeds_simulated_peaks_with_groups_and_pins():
+    """Medium graphs (8-40 ops) with groups and pins on 1-8 devices: 48 random chromosomes
+    and two rounds of mutating the best one, against the cheap and the time-limited bound."""
+    rng = np.random.default_rng(99)
+    for i in range(60):
+        d = int(rng.integers(1, 9))
+        graph = _constrained_graph(rng, int(rng.integers(8, 41)), d)
+        devices = DeviceSpec(d, bandwidth=float(rng.choice([1.0, 4.0])),
+                             latency=float(rng.choice([0.0, 1.0])))
+        cheap = lower_bound(graph, devices)
+        full = lower_bound(graph, devices, time_limit=5.0)
+        assert cheap.value <= full.value
+        keys = rng.random((48, graph.num_nodes * (d + 2)))
+        for _ in range(3):
+            peaks = evaluate(graph, devices, keys, threads=1)
+            assert full.value <= peaks.min(), (i, full, peaks.min())
+            keys = _mutate(rng, np.repeat(keys[np.argmin(peaks)][None, :], 48, axis=0))
+
+
+def test_forced_alias_holds_its_source():
+    """One device: a -> X (100); b reads X, Y = alias of X; m (temporary 10) runs after b and
+    before c, which reads Y. When m starts, Y (needed by c) holds X: 110, the optimum. The
+    plain per-tensor count (non-alias tensors only) saw X as freed (its only consumer b has
+    run) and gave 100, the largest working set."""
+    g = GraphBuilder()
+    a = g.add_op("a", 1.0)
+    bb = g.add_op("b", 1.0)
+    m = g.add_op("m", 1.0, temporary_memory=10)
+    c = g.add_op("c", 1.0)
+    g.add_output(a, 100)
+    g.add_input(bb, a, 0)
+    g.add_output(bb, 100, 0)
+    g.add_control(bb, m)
+    g.add_control(m, c)
+    g.add_input(c, bb, 0)
+    graph = g.build()
+    bound = lower_bound(graph, 1)
+    assert bound.components["working_set"] == 100
+    assert bound.components["op_start"] == 110 and bound.source == "op_start"
+    assert bound.value == brute_force_optimum(graph, 1) == 110
+    assert lower_bound(graph, 2).value <= brute_force_optimum(graph, 2)
+
+
+def test_start_cut_takes_the_cheaper_of_either_order():
+    """One device: s -> X (50) -> u -> Z (60) -> w; v (temporary 100) runs after s and before
+    w, but u is free to run before or after v. When v starts, either X (u has not run) or Z
+    (u has) is live: >= 150, the optimum (s, v, u, w). Neither is forced by v's ancestors and
+    descendants alone, so op_start sees only 100 at v; its max, 110, is u's working set."""
+    g = GraphBuilder()
+    s = g.add_op("s", 1.0)
+    v = g.add_op("v", 1.0, temporary_memory=100)
+    u = g.add_op("u", 1.0)
+    w = g.add_op("w", 1.0)
+    g.add_output(s, 50)
+    g.add_input(u, s, 0)
+    g.add_output(u, 60)
+    g.add_input(w, u, 0)
+    g.add_control(s, v)
+    g.add_control(v, w)
+    graph = g.build()
+    bound = lower_bound(graph, 1)
+    assert bound.components["working_set"] == bound.components["op_start"] == 110
+    assert bound.components["start_cut"] == 150 and bound.source == "start_cut"
+    assert bound.value == brute_force_optimum(graph, 1) == 150
+    assert "op 'v'" in bound.detail and "4 of 4 ops tried" in bound.detail
+    two = lower_bound(graph, 2)
+    assert two.components["start_cut"] == 75 and two.value <= brute_force_optimum(graph, 2)
+
+
+def test_time_limit_tries_every_op_and_is_checked(monkeypatch):
+    from regal import bounds, bounds_cut
+
+    graph = synth.generate("random", 60, 3)
+    n = graph.num_nodes
+    monkeypatch.setattr(bounds_cut, "_CHEAP_WORK", 1)  # the cheap bound cuts one op only
+    facts = bounds._Facts(graph, 2)
+    bounds._working_set(facts)
+    bounds._op_start(facts)
+    one, one_op, tried = bounds_cut.start_cut(facts)
+    every, every_op, tried_all = bounds_cut.start_cut(facts, time_limit=30.0)
+    assert (tried, tried_all) == (1, n) and every >= one
+    cheap, full = lower_bound(graph, 2), lower_bound(graph, 2, time_limit=30.0)
+    assert (cheap.components["start_cut"], full.components["start_cut"]) == (one, every)
+    assert full.value >= cheap.value
+    for bad in (0, -1.0, math.nan, math.inf, "5", True):
+        with pytest.raises(ValueError):
+            lower_bound(graph, 2, time_limit=bad)
+
+
+def test_bounds_command_time_limit(tmp_path, capsys):
+    from regal.cli import main
+    from regal.io import save_graph
+
+    path = tmp_path / "g.npz"
+    save_graph(synth.generate("random", 40, 1), path)
+    assert main(["bounds", str(path), "--devices", "1", "2", "--time-limit", "5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all("lower bound" in line for line in lines)
+    assert all(line.rsplit("[argument: ", 1)[1].rstrip("]") in
+               ("working_set", "end_state", "op_start", "start_cut") for line in lines)
+    assert main(["bounds", str(path), "--devices", "2", "--bytes", "--time-limit", "5"]) == 0
+    assert int(capsys.readouterr().out.rsplit(" ", 1)[1]) > 0
