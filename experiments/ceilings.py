@@ -33,7 +33,6 @@ line already there is not run again); the table goes to stdout and to `--out`.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -44,7 +43,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from regal.files import JsonLinesWriter, write_text  # noqa: E402
+from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
 from regal.workers import Workers  # noqa: E402
@@ -226,12 +225,7 @@ def main(argv=None) -> int:
     # opening the records cuts a torn last line (a killed run) and refuses a second writer
     writer = None if args.table_only else JsonLinesWriter(
         args.records, f"{args.records} is being written by another ceilings run")
-    done = {}
-    if args.records.is_file():
-        for line in args.records.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[_key(row)] = row
+    done = {_key(row): row for row in read_json_lines(args.records)}
     tasks = []
     if not args.table_only:
         for folder in args.graphs:

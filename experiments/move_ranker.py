@@ -50,7 +50,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from regal.files import JsonLinesWriter, write_text  # noqa: E402
+from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
 from regal.search.advantage import FEATURES, REGIMES, MoveRanker, move_features  # noqa: E402
@@ -549,12 +549,7 @@ def _se(values) -> float:
 
 def eval_main(args) -> str:
     writer = JsonLinesWriter(args.records, f"{args.records} is being written by another run")
-    done = {}
-    if args.records.is_file():
-        for line in args.records.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[_key(row)] = row
+    done = {_key(row): row for row in read_json_lines(args.records)}
     paths = sorted(args.valid.glob("*.npz"))[:args.valid_count]
     current = weights_id(args.weights)
     tasks = []

@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["replacing", "write_bytes", "write_text", "write_json", "json_text", "Lock",
-           "JsonLinesWriter", "WriteError", "WRITE_ERRNOS", "cut_torn_tail"]
+           "JsonLinesWriter", "WriteError", "WRITE_ERRNOS", "cut_torn_tail", "read_json_lines"]
 
 # what a full or failing disk looks like: the CLI turns these into one line, never a traceback
 WRITE_ERRNOS = frozenset(code for code in (errno.ENOSPC, errno.EFBIG, errno.EIO,
@@ -228,6 +228,15 @@ class JsonLinesWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def read_json_lines(path) -> list:
+    """The values of a JSON-lines file (`JsonLinesWriter`'s), blank lines skipped; [] when
+    there is no such file. Open the writer first when resuming: it cuts a torn last line."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def cut_torn_tail(path) -> None:
