@@ -189,7 +189,7 @@ def format_bound(bound: Bound) -> str:
 
 
 def gap_to_bound(value: float, bound) -> float:
-    """(value - bound) / bound: 0.05 is 'within 5% of the lower bound'.
+    """(value - bound) / bound: 0.05 is 'at most 5% above the optimum'.
 
     `bound` is a Bound or bytes. For a bound of 0: 0.0 when value is 0 too, else infinity.
     """

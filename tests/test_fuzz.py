@@ -457,7 +457,7 @@ def check_optimize(argv, code, out) -> None:
             assert as_bytes(peak) <= as_bytes(cap) * 1.0001 + 1, out
     if limit is None:
         assert code == 0, out  # nothing can overflow without a limit
-    for gap in re.findall(r"within (-?[\d.]+)% of the lower bound", out):
+    for gap in re.findall(r"at most (-?[\d.]+)% above the optimum", out):
         assert float(gap) >= 0, out  # a valid lower bound is never above a solution
     if "--out" in argv:
         record = json.loads(Path(argv[argv.index("--out") + 1]).read_text())
