@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from regal.decode import respect_colocation
+from regal.decode import order_priority, respect_colocation
 from regal.c_output import silenced
 from regal.optimizers import Problem, Solution, check_budget, score
 
@@ -138,9 +138,7 @@ def solve(problem: Problem, budget: int, seed: int = 0, progress=None) -> Soluti
     """Partition, order, score once (evaluations = 1)."""
     check_budget(budget)
     graph = problem.graph
-    n = graph.num_nodes
     placement = respect_colocation(graph, partition(graph, problem.devices.count, seed))
-    priority = np.empty(n)
-    priority[dfs_order(graph)] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
+    priority = order_priority(dfs_order(graph))
     return Solution(**score(problem, placement, priority, priority), evaluations=1,
                     method="gp-dfs", seed=seed)

@@ -49,7 +49,7 @@ import re
 
 import numpy as np
 
-from regal.decode import respect_colocation
+from regal.decode import order_priority, respect_colocation
 from regal.graph import op_bytes
 from regal.optimizers import Problem, Solution, check_budget, limit_free_first, score
 
@@ -267,8 +267,7 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, balance: str = "memor
     if balance not in BALANCES:
         raise ValueError(f"balance: expected one of {', '.join(BALANCES)}, got {balance!r}")
     graph = problem.graph
-    n = graph.num_nodes
-    priority = np.linspace(1.0, 0.0, n) if n > 1 else np.full(1, 0.5)   # op id order
+    priority = order_priority(np.arange(graph.num_nodes))   # op id order
 
     def placed(limits) -> dict:
         placement, info = place(graph, problem.devices.count, balance, limits)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from regal.decode import respect_colocation
+from regal.decode import order_priority, respect_colocation
 from regal.graph import op_bytes
 from regal.optimizers import Problem, Solution, check_budget, limit_free_first, score
 
@@ -121,8 +121,7 @@ def _scheduled(problem: Problem, slack: float, limits) -> dict:
     placement, start = schedule(problem, slack, limits)
     placement = respect_colocation(graph, placement)  # already conforming: a safety net
     order = np.lexsort((np.arange(n), start))
-    priority = np.empty(n)
-    priority[order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
+    priority = order_priority(order)
     return score(problem, placement, priority, priority)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from regal.decode import respect_colocation
+from regal.decode import order_priority, respect_colocation
 from regal.graph import op_bytes
 from regal.optimizers import Problem, Solution, check_budget, limit_free_first, score
 
@@ -66,9 +66,7 @@ def solve(problem: Problem, budget: int, seed: int = 0, progress=None) -> Soluti
     unused)."""
     check_budget(budget)
     graph = problem.graph
-    n = graph.num_nodes
-    priority = np.empty(n)
-    priority[graph.topo_order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
+    priority = order_priority(graph.topo_order)
 
     def placed(limits) -> dict:
         placement = respect_colocation(graph, place(graph, problem.devices, limits))

@@ -21,7 +21,8 @@ import numpy as np
 
 from regal.graph import op_bytes
 
-__all__ = ["num_genes", "num_devices", "split", "decode", "encode", "rank_normalize",
+__all__ = ["num_genes", "num_devices", "split", "decode", "encode", "order_priority",
+           "rank_normalize",
            "respect_colocation", "colocation_violation", "schedule_digests"]
 
 
@@ -166,6 +167,16 @@ def respect_colocation(graph, placement) -> np.ndarray:
     result = choice[leaders]
     result = np.where(graph.pinned >= 0, graph.pinned, result)
     return result.astype(np.int32)
+
+
+def order_priority(order) -> np.ndarray:
+    """Priority keys that run the ops in `order` (a permutation of 0..n-1) first to last:
+    the first gets 1.0, the last 0.0, evenly spaced and distinct (one op: 0.5)."""
+    order = np.asarray(order, dtype=np.int64)
+    n = len(order)
+    keys = np.empty(n)
+    keys[order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
+    return keys
 
 
 def rank_normalize(values) -> np.ndarray:

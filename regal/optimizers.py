@@ -45,10 +45,8 @@ __all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "REVISIONS", "registe
 
 def _topological_priority(graph: ComputationGraph) -> np.ndarray:
     """Earlier in the topological order = higher priority, in [0, 1]."""
-    n = graph.num_nodes
-    priority = np.empty(n)
-    priority[graph.topo_order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
-    return priority
+    from regal.decode import order_priority
+    return order_priority(graph.topo_order)
 
 
 def roomiest_device(problem: Problem) -> int:

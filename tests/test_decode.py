@@ -238,3 +238,10 @@ def test_chromosomes_grouped_by_digest_score_alike(seed):
     assert len(groups) < len(keys)                  # the draw does repeat schedules
     for rows in groups.values():
         assert len({(values[r], tuple(peaks[r]), makespans[r]) for r in rows}) == 1
+
+
+def test_order_priority_runs_ops_in_the_given_order():
+    from regal.decode import order_priority
+    np.testing.assert_array_equal(order_priority([2, 0, 1]), [0.5, 0.0, 1.0])
+    np.testing.assert_array_equal(order_priority([0]), [0.5])
+    assert order_priority([]).shape == (0,)

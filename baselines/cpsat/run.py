@@ -28,6 +28,7 @@ from baselines.cpsat.cumulative import build_model
 from baselines.cpsat.hint import _add_hint, _default_hint
 from baselines.cpsat.model import CpModelHandles, _durations, _model_limits
 from baselines.cpsat.sequence import build_sequence_model
+from regal.decode import order_priority
 from regal.optimizers import Problem, Solution
 
 _SEQUENCE_MAX = 20_000  # (activities x items) above which peak mode uses the cumulative model
@@ -81,8 +82,7 @@ def _priorities(solver, handles: CpModelHandles, graph, d: int):
         for v in range(n):
             placement[v] = next(k for k in range(d) if solver.boolean_value(handles.x[v][k]))
     order = np.lexsort((np.arange(n), start))          # earlier start first, ties by id
-    priority = np.empty(n)
-    priority[order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
+    priority = order_priority(order)
     first_transfer = np.full(n, np.iinfo(np.int64).max)
     for (t, k), ts in handles.transfer_start.items():
         if solver.boolean_value(handles.transfer_present[t, k]):
@@ -90,8 +90,7 @@ def _priorities(solver, handles: CpModelHandles, graph, d: int):
             first_transfer[p] = min(first_transfer[p], solver.value(ts))
     tr_key = np.where(first_transfer < np.iinfo(np.int64).max, first_transfer, start)
     tr_order = np.lexsort((np.arange(n), tr_key))
-    transfer = np.empty(n)
-    transfer[tr_order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
+    transfer = order_priority(tr_order)
     return placement, priority, transfer
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from regal.decode import order_priority
 from regal.graph import ComputationGraph
 
 __all__ = ["Reference", "CANDIDATES", "compute_reference", "reference_for", "as_device_spec",
@@ -150,9 +151,7 @@ def _candidate_solutions(problem) -> list:
 
     graph, d = problem.graph, problem.devices.count
     out = []
-    topo = np.empty(graph.num_nodes)
-    topo[graph.topo_order] = np.linspace(1.0, 0.0, graph.num_nodes) if graph.num_nodes > 1 \
-        else 0.5
+    topo = order_priority(graph.topo_order)
     runs = balanced_runs(graph, d)
     out.append(Solution(**score(problem, runs, topo, topo), evaluations=1,
                         method="balanced-topo"))

@@ -10,24 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from regal.decode import split
+from regal.decode import order_priority, split
 from regal.optimizers import Problem
 
-__all__ = ["PeakFacts", "peak_facts", "Moves", "ranks", "rerank"]
-
-
-def ranks(order: np.ndarray) -> np.ndarray:
-    """Priority keys from an order: first gets 1.0, last 0.0, all distinct."""
-    n = len(order)
-    keys = np.empty(n)
-    keys[order] = np.linspace(1.0, 0.0, n) if n > 1 else 0.5
-    return keys
+__all__ = ["PeakFacts", "peak_facts", "Moves", "rerank"]
 
 
 def rerank(values: np.ndarray) -> np.ndarray:
     """The same order (ties by id) as evenly spaced distinct keys in [0, 1]."""
     order = np.lexsort((np.arange(len(values)), -values))
-    return ranks(order)
+    return order_priority(order)
 
 
 

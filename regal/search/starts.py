@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from regal.decode import decode, encode
+from regal.decode import decode, encode, order_priority
 from regal.graph import op_bytes
 from regal.optimizers import Problem, roomiest_device
-from regal.search.moves import ranks, rerank
+from regal.search.moves import rerank
 
 __all__ = ["HEURISTICS", "SEEDLESS", "balanced_runs", "initial_solutions", "given_starts",
            "heuristic_starts", "conforming"]
@@ -44,7 +44,7 @@ def initial_solutions(problem: Problem) -> np.ndarray:
     """Chromosomes of the model-free starts: memory-balanced topological runs, and every op
     on the roomiest device (`regal.optimizers.roomiest_device`)."""
     graph, d = problem.graph, problem.devices.count
-    priority = ranks(graph.topo_order)
+    priority = order_priority(graph.topo_order)
     runs = encode(balanced_runs(graph, d), priority, priority, d)
     one = np.full(graph.num_nodes, roomiest_device(problem), np.int32)
     single = encode(conforming(graph, one), priority, priority, d)
