@@ -39,8 +39,20 @@ Colocation groups whose members fall in several stages and pins are projected by
 `regal.decode.respect_colocation` (a group goes to its pin, else where most of its bytes
 are, ties to its leader's device).
 
-Order: the framework's, op id order (an earlier op runs first among the ready ops of a
-device, and sends its tensors first).
+Order (`schedule`): the framework's, op id order (an earlier op runs first among the ready
+ops of a device, and sends its tensors first), or, for a training step of K micro-batches
+(imported with `--microbatches K`: each micro-batch's forward and backward ops under a
+`microbatchM/` scope, the summed gradients and the update outside), one of the hand-made
+pipeline schedules, per stage: `gpipe` (every micro-batch's forward, then every backward,
+Huang et al. 2019) or `1f1b` (PipeDream-flush, Narayanan et al. 2021: stage s of D runs
+min(D-1-s, K) forwards, then one forward and one backward in turn, then the remaining
+backwards); on a graph without micro-batches both are the framework's order. The
+simulator is a list scheduler: a device never waits while one of its ops
+is ready, so a schedule is a priority among ready ops, not a wait. Under 1F1B a stage runs
+the next forward when the backward it would take is not ready yet, which holds more
+activations than a strict 1F1B does (and never a longer step). Ops outside the
+micro-batches run first (variables, the input's split) or, when they follow one of the
+micro-batches' ops, last (gradient sums, the update), each group in op id order.
 """
 
 from __future__ import annotations
@@ -53,10 +65,13 @@ from regal.decode import order_priority, respect_colocation
 from regal.graph import op_bytes
 from regal.optimizers import Problem, Solution, check_budget, limit_free_first, score
 
-__all__ = ["solve", "solve_compute", "layer_keys", "layer_sequence", "linear_partition",
-           "place", "BALANCES"]
+__all__ = ["solve", "solve_compute", "solve_gpipe", "solve_1f1b", "layer_keys",
+           "layer_sequence", "linear_partition", "place", "microbatch_of", "pipeline_order",
+           "BALANCES", "SCHEDULES"]
 
 BALANCES = ("memory", "compute")
+SCHEDULES = ("framework", "gpipe", "1f1b")
+_MICROBATCH_SCOPE = re.compile(r"microbatch(\d+)")
 
 _BACKWARD_SCOPE = re.compile(r"(gradients(_\d+)?|gradient_tape|grad)")
 _FORWARD, _BACKWARD, _OPTIMIZER = 0, 1, 2
@@ -65,6 +80,8 @@ _FORWARD, _BACKWARD, _OPTIMIZER = 0, 1, 2
 def _stripped(name: str) -> tuple[list[str], int]:
     """An op name's components without its gradient or optimizer scope, and its kind."""
     parts = [p for p in str(name).split("/") if p]
+    if len(parts) > 1 and _MICROBATCH_SCOPE.fullmatch(parts[0]):   # one micro-batch's op
+        parts = parts[1:]
     if len(parts) > 1 and _BACKWARD_SCOPE.fullmatch(parts[0]):
         return parts[1:], _BACKWARD
     if len(parts) > 1 and parts[0] == "update":   # synthetic training graphs: update/X
@@ -259,23 +276,95 @@ def place(graph, d: int, balance: str = "memory", limits=None) -> tuple[np.ndarr
     return placement, info
 
 
+def microbatch_of(names) -> np.ndarray:
+    """The micro-batch of every op (its leading `microbatchM/` scope), -1 outside them."""
+    out = np.full(len(names), -1, np.int64)
+    for i, name in enumerate(names):
+        found = _MICROBATCH_SCOPE.fullmatch(str(name).split("/", 1)[0])
+        if found and "/" in str(name):
+            out[i] = int(found.group(1))
+    return out
+
+
+def _stage_sequence(schedule: str, stage: int, stages: int, count: int) -> list[tuple]:
+    """A stage's (kind, micro-batch) slots in its schedule's order."""
+    forwards = [(_FORWARD, m) for m in range(count)]
+    backwards = [(_BACKWARD, m) for m in range(count)]
+    if schedule == "gpipe":
+        return forwards + backwards
+    warm = min(stages - 1 - stage, count)
+    sequence = forwards[:warm]
+    for j in range(count - warm):
+        sequence += [forwards[warm + j], backwards[j]]
+    return sequence + backwards[count - warm:]
+
+
+def pipeline_order(graph, placement: np.ndarray, stages: int, schedule: str) -> np.ndarray:
+    """The op order (a permutation) that runs each stage's micro-batches in `schedule`'s
+    order (module docstring); op id order within a slot and without micro-batches."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    n = graph.num_nodes
+    if schedule == "framework":
+        return np.arange(n)
+    names = graph.names.tolist()
+    batch = microbatch_of(names)
+    count = int(batch.max()) + 1
+    if count < 1:   # one batch: every schedule is the framework's order
+        return np.arange(n)
+    kinds = layer_keys(names)[1]
+    # outside the micro-batches: what follows one of their ops (gradient sums, the update)
+    # runs after them, the rest (variables, the input's split) before
+    after = np.zeros(n, bool)
+    ptr, pred = graph.pred_ptr, graph.pred
+    for v in graph.topo_order:
+        sources = pred[ptr[v]:ptr[v + 1]]
+        after[v] = bool(len(sources)) and bool(((batch[sources] >= 0) | after[sources]).any())
+    first, after_backward, last = -1, 2 * count, 2 * count + 1
+    slot = np.where(kinds == _OPTIMIZER, last, np.where(after, after_backward, first))
+    position = {k: {pair: i for i, pair in enumerate(_stage_sequence(schedule, k, stages, count))}
+                for k in range(stages)}
+    inside = np.flatnonzero(batch >= 0)
+    for v in inside:
+        kind = _BACKWARD if kinds[v] == _BACKWARD else _FORWARD
+        slot[v] = position[int(placement[v]) % stages][(kind, int(batch[v]))]
+    return np.lexsort((np.arange(n), slot))
+
+
 def solve(problem: Problem, budget: int, seed: int = 0, *, balance: str = "memory",
-          progress=None) -> Solution:
-    """Splits, orders by op id, scores once; under limits it misses, once more with stages
-    balanced against the limits (`regal.optimizers.limit_free_first`; `seed` is unused)."""
+          schedule: str = "framework", progress=None) -> Solution:
+    """Splits, orders by op id (or by a pipeline `schedule`), scores once; under limits it
+    misses, once more with stages balanced against the limits
+    (`regal.optimizers.limit_free_first`; `seed` is unused)."""
     check_budget(budget)
     if balance not in BALANCES:
         raise ValueError(f"balance: expected one of {', '.join(BALANCES)}, got {balance!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
     graph = problem.graph
-    priority = order_priority(np.arange(graph.num_nodes))   # op id order
+    count = problem.devices.count
 
     def placed(limits) -> dict:
-        placement, info = place(graph, problem.devices.count, balance, limits)
+        placement, info = place(graph, count, balance, limits)
         placement = respect_colocation(graph, placement)
-        return dict(score(problem, placement, priority, priority), extra=info)
+        priority = order_priority(pipeline_order(graph, placement, count, schedule))
+        return dict(score(problem, placement, priority, priority),
+                    extra=dict(info, schedule=schedule))
     found, used = limit_free_first(problem, budget, placed)
     name = "layer-split" if balance == "memory" else "layer-split-compute"
+    if schedule != "framework":
+        name = f"layer-split-{schedule}"
     return Solution(**found, evaluations=used, method=name, seed=seed)
+
+
+def solve_gpipe(problem: Problem, budget: int, seed: int = 0, progress=None) -> Solution:
+    """`solve` with GPipe's schedule over the micro-batches (`layer-split-gpipe`)."""
+    return solve(problem, budget, seed, schedule="gpipe")
+
+
+def solve_1f1b(problem: Problem, budget: int, seed: int = 0, progress=None) -> Solution:
+    """`solve` with the one-forward-one-backward schedule (`layer-split-1f1b`)."""
+    return solve(problem, budget, seed, schedule="1f1b")
 
 
 def solve_compute(problem: Problem, budget: int, seed: int = 0, progress=None) -> Solution:

@@ -219,6 +219,8 @@ METHODS: dict[str, Callable | str] = {
     "m-etf": "baselines.m_etf:solve",
     "layer-split": "baselines.layer_split:solve",
     "layer-split-compute": "baselines.layer_split:solve_compute",
+    "layer-split-gpipe": "baselines.layer_split:solve_gpipe",
+    "layer-split-1f1b": "baselines.layer_split:solve_1f1b",
     "regal": "regal.regal_method:solve_regal",
     "regal-paper": "regal.regal_method:solve_regal_paper",
     "seeded-brkga": "regal.search.pipeline:solve_seeded_brkga",

@@ -321,3 +321,79 @@ def test_cli_optimize_and_compare_accept_it(tmp_path, capsys):
     assert sorted(r["method"] for r in records) == sorted(METHODS)
     assert all(r["status"] == "ok" and r["evaluations"] == 1 for r in records)
     capsys.readouterr()
+
+
+# ---------------------------------------------------------------------------
+# pipeline schedules over micro-batches (issue 41 item 5)
+
+
+def test_stage_sequences_by_hand():
+    from baselines.layer_split import _stage_sequence
+    F, B = 0, 1
+    # GPipe: every forward, then every backward, on every stage
+    assert _stage_sequence("gpipe", 0, 2, 3) == [(F, 0), (F, 1), (F, 2), (B, 0), (B, 1), (B, 2)]
+    # 1F1B, 2 stages, 3 micro-batches: stage 0 warms up with one forward, the last with none
+    assert _stage_sequence("1f1b", 0, 2, 3) == [(F, 0), (F, 1), (B, 0), (F, 2), (B, 1), (B, 2)]
+    assert _stage_sequence("1f1b", 1, 2, 3) == [(F, 0), (B, 0), (F, 1), (B, 1), (F, 2), (B, 2)]
+    # more stages than micro-batches: the warm-up is every forward
+    assert _stage_sequence("1f1b", 0, 4, 2) == [(F, 0), (F, 1), (B, 0), (B, 1)]
+
+
+def _two_microbatch_chain():
+    """Two micro-batches through layers a and b and back, a variable each, summed gradients
+    and an update: names as the importer writes them."""
+    g = GraphBuilder()
+    ids = {}
+
+    def op(name, *inputs):
+        ids[name] = g.add_op(name, 10.0)
+        g.add_output(ids[name], 8)
+        for src in inputs:
+            g.add_input(ids[name], ids[src])
+    op("a/kernel")
+    op("b/kernel")
+    for m in range(2):
+        p = f"microbatch{m}"
+        op(f"{p}/a/MatMul", "a/kernel")
+        op(f"{p}/b/MatMul", f"{p}/a/MatMul", "b/kernel")
+        op(f"{p}/gradients/b/MatMul_grad/MatMul", f"{p}/b/MatMul")
+        op(f"{p}/gradients/a/MatMul_grad/MatMul", f"{p}/gradients/b/MatMul_grad/MatMul",
+           f"{p}/a/MatMul")
+    op("gradients_sum/a", "microbatch0/gradients/a/MatMul_grad/MatMul",
+       "microbatch1/gradients/a/MatMul_grad/MatMul")
+    op("Adam/update_a/kernel/ResourceApplyAdam", "gradients_sum/a", "a/kernel")
+    return g.build(), ids
+
+
+def test_pipeline_order_runs_each_stage_in_its_schedule():
+    from baselines.layer_split import microbatch_of, pipeline_order
+    graph, ids = _two_microbatch_chain()
+    names = graph.names.tolist()
+    assert microbatch_of(names)[ids["microbatch1/b/MatMul"]] == 1
+    assert microbatch_of(names)[ids["a/kernel"]] == -1
+    placement = np.zeros(graph.num_nodes, np.int32)   # one stage: its schedule is the order
+    order = [names[v] for v in pipeline_order(graph, placement, 1, "gpipe")]
+    assert order == ["a/kernel", "b/kernel",
+                     "microbatch0/a/MatMul", "microbatch0/b/MatMul",
+                     "microbatch1/a/MatMul", "microbatch1/b/MatMul",
+                     "microbatch0/gradients/b/MatMul_grad/MatMul",
+                     "microbatch0/gradients/a/MatMul_grad/MatMul",
+                     "microbatch1/gradients/b/MatMul_grad/MatMul",
+                     "microbatch1/gradients/a/MatMul_grad/MatMul",
+                     "gradients_sum/a", "Adam/update_a/kernel/ResourceApplyAdam"]
+    order = [names[v] for v in pipeline_order(graph, placement, 1, "1f1b")]
+    assert order.index("microbatch0/gradients/a/MatMul_grad/MatMul") < \
+        order.index("microbatch1/a/MatMul")   # one stage: no warm-up, F0 B0 F1 B1
+    # without micro-batches every schedule is the framework's order
+    plain = random_graph(np.random.default_rng(0), 12)
+    assert list(pipeline_order(plain, np.zeros(12, np.int32), 2, "1f1b")) == list(range(12))
+
+
+def test_pipeline_methods_score_their_order():
+    graph, _ = _two_microbatch_chain()
+    problem = Problem(graph, DeviceSpec(2))
+    for method in ("layer-split-gpipe", "layer-split-1f1b"):
+        answer = solve(method, problem, 2, 0)
+        assert answer.method == method and answer.extra["schedule"] in method
+        rescored = score(problem, answer.placement, answer.priority, answer.transfer_priority)
+        assert rescored["value"] == answer.value
