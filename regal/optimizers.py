@@ -231,7 +231,9 @@ METHODS: dict[str, Callable | str] = {
 # when a change alters its answers for the same options and seed: the harness keys records
 # by it (`regal.harness.KEY_FIELDS`), so stored runs of the earlier code are run again
 # instead of being reused, and tables leave them out (`regal.harness.current_revisions`).
-REVISIONS: dict[str, str] = {}
+# "cpsat": "exact-1" = the model's objective floored at regal.bounds, device symmetry broken,
+# time windows, seeded-brkga among the hints, every incumbent re-scored (issue 39 item 2)
+REVISIONS: dict[str, str] = {"cpsat": "exact-1"}
 
 
 def register(name: str, method: Callable | str, revision: str = "") -> None:

@@ -48,19 +48,23 @@ def lower_bound(problem: Problem, time_limit: float = 10.0, seed: int = 0,
     """(bytes, proven): a lower bound on the simulated peak memory of every solution of
     `problem`'s graph and devices (whatever its objective), from the peak-memory model.
 
-    `bytes` is always a valid bound (CP-SAT's best bound on a relaxation, or
-    `closed_form_bound` when the model is too large to build within `time_limit`);
+    `bytes` is always a valid bound (CP-SAT's best bound on a relaxation whose objective is
+    bounded below by `regal.bounds`, or `regal.bounds` and `closed_form_bound` alone when the
+    model is too large to build within `time_limit`);
     `proven` is True when CP-SAT proved its model optimal, so no better bound can come
     from this model. `time_limit` is wall-clock seconds (deterministic time too).
     """
     if not time_limit > 0:
         raise ValueError(f"time_limit must be positive, got {time_limit}")
+    from regal.bounds import lower_bound as regal_bound
+
     peak = Problem(problem.graph, problem.devices, "peak_memory")
-    simple = float(closed_form_bound(peak))
+    simple = float(regal_bound(peak.graph, peak.devices,
+                               extra={"cpsat_closed_form": closed_form_bound(peak)}).value)
     if not _model_fits(peak, time_limit):
         return simple, False
     run = _run_model(peak, "auto", None, None, time_limit, _deadline(time_limit, False),
-                     seed, num_workers)
+                     seed, num_workers, lower=simple)
     bound = float(run.solver.best_objective_bound) * run.handles.memory_unit
     return max(simple, bound), run.status == cp_model.OPTIMAL
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from ortools.sat.python import cp_model
 
 from baselines.cpsat.model import (CpModelHandles, _durations, _final_state_bound,
-                                   _memory_arrays, _model_limits, _placement_vars)
+                                   _memory_arrays, _model_limits, _placement_vars,
+                                   _time_windows)
 from regal.optimizers import Problem
 
 
@@ -34,6 +35,8 @@ def build_model(problem: Problem) -> CpModelHandles:
     for v in range(n):
         for u in graph.predecessors(v):
             m.add(start[v] >= end[u])
+    if sequential:
+        _time_windows(m, start, graph, horizon)
 
     # same[(u, v)]: u and v on one device
     same_cache: dict = {}

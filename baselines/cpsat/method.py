@@ -3,33 +3,54 @@ the simulator; what `Solution.extra` records.
 
 What `solve` does
 -----------------
-1. The hint: single device, m-topo, gp-dfs, m-etf (graphs up to `_METF_MAX_OPS` ops) and a
-   short BRKGA (at most `_HINT_BRKGA_MAX` evaluations, warm-started with the others), all
-   through the registry; the best by the simulator's value. Every evaluation they make is
-   counted in `evaluations`, as are the trace of the hint and the scoring of CP-SAT's
-   answer (never more than `budget`; with `budget` <= 2 there is no hint).
-2. The model (`model`), unless it is too large: above `_UNITS_PER_SECOND` x `time_limit`
+1. The hint: single device, m-topo, gp-dfs, m-etf (graphs up to `_METF_MAX_OPS` ops), a
+   short BRKGA (at most `_HINT_BRKGA_MAX` evaluations, warm-started with the others) and a
+   short seeded-brkga run (REGAL's pipeline without the policy, `hint._HINT_PIPELINE_MAX`
+   evaluations), all through the registry; the best by the simulator's value. Every
+   evaluation they make is counted in `evaluations`, as are the trace of the hint and the
+   re-scoring of CP-SAT's incumbents (never more than `budget`; with `budget` <= 2 there
+   is no hint).
+2. The lower bound (peak memory): the best of `regal.bounds.lower_bound` and
+   `closed_form_bound`. When the hint meets it, the hint is optimal: the model is skipped
+   (`model_skipped` says so) and `proven_optimal` is True.
+3. The model (`model`), unless it is too large: above `_UNITS_PER_SECOND` x `time_limit`
    units (`_model_units`: (tensors + consumer edges) x devices), or `_MAX_UNITS`, building it
    alone would outlast the limit and its presolve the rest, so the hint is returned with
    status "HINT" and `extra["model_skipped"]` says why; so does a wall-clock run whose
    heuristics left less time than the build needs. On data/real with a 5 s limit the model
    is built for 4 graphs at 2 devices and 2 at 4 (120-400 ops; experiments/cpsat_check.py).
-3. The hint enters the model complete: its simulated schedule, serialised by start time
+   The peak model's objective is bounded below by the lower bound of step 2 (valid: the
+   model relaxes the simulator, `model`'s docstring).
+4. The hint enters the model complete: its simulated schedule, serialised by start time
    (peak mode) or replayed with the model's durations (makespan mode), fixed in a copy of
    the model that CP-SAT completes by propagation; that full assignment is the hint.
-4. CP-SAT's answer, turned into priorities (earlier start = higher priority; a producer's
-   transfer priority follows its earliest transfer), is re-scored; the better of it and the
-   hint is returned (ties: the hint).
+5. Every incumbent CP-SAT reports, turned into priorities (earlier start = higher
+   priority; a producer's transfer priority follows its earliest transfer), is re-scored by
+   the simulator (`run._Rescorer`); the search stops as soon as a re-score meets the best
+   proven bound (`stopped_by` "bound_met"). The best re-scored incumbent and the hint are
+   compared; the better is returned (ties: the hint).
 
 `Solution.extra`: `status` is "OPTIMAL" / "FEASIBLE" (CP-SAT's answer is returned; its model
 proved optimal or not), "HINT" (the hint is returned: CP-SAT found nothing better in the
 simulator's score, found nothing, or did not run) or "INFEASIBLE" (the model proves the
 memory limits cannot be met; the answer is the least-memory one). `solver_status` is
-CP-SAT's own; `model_objective` its incumbent's objective in the model (bytes or µs),
-`cpsat_value` that incumbent re-scored by the simulator, `hint_value`/`hint_method` the
-hint's, `heuristics` every heuristic's value; `bound` a proven lower bound on the
-simulator's objective, or None (`model`'s docstring); `stopped_by` "proof",
-"deterministic_time" or "wall_clock". The time limit: `run`'s docstring.
+CP-SAT's own; `model_objective` its final incumbent's objective in the model (bytes or µs),
+`cpsat_final_value` that incumbent re-scored by the simulator, `cpsat_value` the best
+re-scored incumbent's, `hint_value`/`hint_method` the hint's, `heuristics` every heuristic's
+value; `bound` a proven lower bound on the simulator's objective, or None (`model`'s
+docstring), and `bound_source` the argument that gave it (a `regal.bounds` argument,
+"cpsat_closed_form" or "cpsat_model"); `proven_optimal` whether the answer's simulated
+value meets `bound` (then it is the simulator's optimum, whatever the model proved);
+`stopped_by` "proof", "bound_met", "deterministic_time" or "wall_clock";
+`deterministic_time` CP-SAT's own (load-independent) seconds. The time limit: `run`'s
+docstring.
+
+Why a model proof is not always a proof of the simulator's optimum: the model relaxes the
+list scheduler (`model`'s docstring): it may keep a device idle while an op is ready, or
+delay a transfer, which the simulator never does. Where the relaxation's optimum is below
+the simulator's, CP-SAT proves the model optimal (status OPTIMAL) but the re-score stays
+above the bound: transformer_infer_40 at 2 devices, model 66,936,736 bytes, best simulated
+67,198,880 (experiments/results/exact_small.md). `proven_optimal` is the claim to read.
 
 One CP-SAT worker by default (`num_workers`).
 """
@@ -52,6 +73,7 @@ _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
            cp_model.INFEASIBLE: "INFEASIBLE", cp_model.MODEL_INVALID: "MODEL_INVALID",
            cp_model.UNKNOWN: "UNKNOWN"}
 _RESERVED = 2            # evaluations kept back: tracing the hint, scoring CP-SAT's answer
+_REGAL_BOUND_MAX_OPS = 5000  # above: the closed-form bound only (regal.bounds takes seconds)
 
 
 def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 10.0,
@@ -95,8 +117,11 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
              "solver_status": None, "model_objective": None, "model_objective_name": None,
              "cpsat_value": None, "bound": None, "stopped_by": None, "model_skipped": None}
     if problem.objective == "peak_memory":
-        extra["bound"] = float(closed_form_bound(problem))
-    if not fits:
+        bound = _peak_lower_bound(problem)
+        extra["bound"], extra["bound_source"] = float(bound.value), bound.source
+    if hint is not None and extra["bound"] is not None and hint.value <= extra["bound"]:
+        extra["model_skipped"] = "the hint meets the lower bound: it is optimal"
+    elif not fits:
         extra["model_skipped"] = (f"model size {_model_units(problem)} > "
                                   f"{_largest_model(time_limit)}")
     elif not reproducible and (deadline - time.perf_counter()) * _UNITS_PER_SECOND < \
@@ -110,8 +135,14 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
 
     run, answer, infeasible = None, None, False
     if extra["model_skipped"] is None:
+        # every incumbent is re-scored (the evaluations left, less one for the final
+        # answer), so the best by the simulator is kept and a bound met ends the search
+        left = budget - used - 1
         run = _run_model(problem, formulation, hint, hint_trace, time_limit, deadline, seed,
-                         num_workers, reproducible)
+                         num_workers, reproducible, lower=extra["bound"],
+                         score=lambda *solution: score(problem, *solution), evaluations=left)
+        if run.rescorer is not None:
+            used += run.rescorer.scored
         infeasible = run.status == cp_model.INFEASIBLE
         extra["model_objective_name"] = problem.objective
         if infeasible:
@@ -125,12 +156,24 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
                              seed, num_workers, reproducible)
         extra["solver_status"] = _STATUS.get(run.status, str(run.status))
         extra["stopped_by"] = run.stopped_by
+        extra["deterministic_time"] = float(run.solver.deterministic_time)
         extra["formulation"] = run.handles.formulation
         _record_model(extra, problem, run)
-        if run.status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and used < budget:
+        found = run.status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        rescored = None if infeasible or run.rescorer is None else run.rescorer
+        if found and rescored is not None and rescored.last is not None:
+            fields = rescored.last           # the final incumbent, re-scored already
+        elif found and used < budget:
             fields = score(problem, *_priorities(run.solver, run.handles, graph,
                                                  devices.count))
             used += 1
+        else:
+            fields = None
+        if fields is not None:
+            extra["cpsat_final_value"] = fields["value"]
+            if rescored is not None and rescored.best is not None \
+                    and rescored.best["value"] < fields["value"]:
+                fields = rescored.best       # an earlier incumbent re-scored better
             extra["cpsat_value"] = fields["value"]
             if hint is None or fields["value"] < hint.value:
                 answer = fields
@@ -145,10 +188,25 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
             extra["hint_method"], extra["hint_value"] = "single-device", float(hint.value)
         answer = score(problem, hint.placement, hint.priority, hint.transfer_priority)
     extra["status"] = "INFEASIBLE" if infeasible else status
+    # proven optimal: the simulator's value of the answer meets a proven lower bound
+    extra["proven_optimal"] = bool(not infeasible and extra["bound"] is not None
+                                   and answer["value"] <= extra["bound"])
     extra["solver_wall_time"] = time.perf_counter() - began
     if progress is not None:
         progress(used, float(answer["value"]))
     return Solution(**answer, evaluations=used, method="cpsat", seed=seed, extra=extra)
+
+
+def _peak_lower_bound(problem: Problem):
+    """The best cheap proven lower bound on the simulated peak memory: `regal.bounds` (its
+    default work budget: 0.01 s on 100 ops, about 3 s on a loaded core at 14,000 ops, so
+    only up to `_REGAL_BOUND_MAX_OPS` ops) and the closed form."""
+    from regal.bounds import Bound, lower_bound
+
+    closed = int(closed_form_bound(problem))
+    if problem.graph.num_nodes > _REGAL_BOUND_MAX_OPS:
+        return Bound(value=closed, source="cpsat_closed_form", proven=True)
+    return lower_bound(problem.graph, problem.devices, extra={"cpsat_closed_form": closed})
 
 
 def _record_model(extra: dict, problem: Problem, run: _ModelRun) -> None:
@@ -166,6 +224,8 @@ def _record_model(extra: dict, problem: Problem, run: _ModelRun) -> None:
         extra["model_bound"] = model_bound
         if peak_model:
             key = "bound" if problem.objective == "peak_memory" else "peak_bound"
+            if key == "bound" and model_bound > (extra.get(key) or 0.0):
+                extra["bound_source"] = "cpsat_model"
             extra[key] = max(extra.get(key) or 0.0, model_bound)
         elif _exact_durations(problem):
             extra["bound"] = model_bound

@@ -28,7 +28,9 @@ duration of at least one tick (see the objectives). Constraints:
     when transferred), and keeps its source's copy on that device alive as long as itself;
   * a consumer reading one tensor on several ports counts once.
   These are the simulator's memory rules (docs/design.md §4, SIM_RULES 4-6); what the model drops is
-  the list scheduler itself: start times are free, so a device may stay idle with ready work.
+  the list scheduler itself: start times are free, so a device may stay idle with ready work
+  and a transfer may start after its producer has ended on an idle channel (which the
+  simulator never does: tests/test_exact.py meets both on 7-op graphs).
 - objective `peak_memory`: minimise `max_k peak[k]`. The minimum is attained by a schedule that
   runs one activity at a time (serialising the activities by start time never adds a live
   item at any instant, because every activity lasts > 0), so this mode searches global
@@ -83,9 +85,13 @@ skips probing, which costs seconds before the hint is even reported). Redundant 
 peak covers every op's inputs + outputs + temporaries and every device's persistent memory
 + unconsumed outputs.
 
-Symmetric devices (same limits, no pins) are interchangeable, so the op at topological
-position `i` may only use devices `0..i` (a canonical relabelling; the hint is relabelled
-to match).
+Symmetric devices (same limits, no pins) are interchangeable, so devices are numbered by
+first use along the topological order (value precedence: device k > 0 takes an op only
+after an earlier op took device k - 1; a canonical relabelling, and the hint is relabelled
+to match). Peak mode adds time windows: in the unit-slot sequence an op's slot is at least
+its number of strict ancestors and at most the horizon less its strict descendants
+(`_time_windows`). Both, like the lower bound `method` puts on the peak, remove no
+serialised simulator schedule up to relabelling, so the model's bound stays a proven bound.
 """
 
 from __future__ import annotations
@@ -100,6 +106,7 @@ from regal.optimizers import Problem
 from regal.sim import ranking_limits
 
 _MAX_TICKS = 2_000_000
+_WINDOW_MAX_OPS = 3000   # time windows need a bitset of descendants per op
 
 
 @dataclass
@@ -201,12 +208,70 @@ def _placement_vars(m: cp_model.CpModel, problem: Problem) -> list:
         if pinned[v] >= 0:
             m.add(x[v][int(pinned[v])] == 1)
     # canonical relabelling of interchangeable devices (groups keep it valid: a relabelling
-    # moves a whole group together)
+    # moves a whole group together): devices numbered by first use along the topological
+    # order, so device k > 0 takes an op only after some earlier op took device k - 1
+    # (value precedence; `hint._canonical_labels` relabels the hint the same way)
     if _symmetric(problem):
+        used = None  # used[k]: some op up to this position is on device k
         for pos, v in enumerate(graph.topo_order):
             for k in range(pos + 1, d):
                 m.add(x[v][k] == 0)
+            if used is not None:
+                for k in range(1, min(pos, d - 1) + 1):
+                    m.add_implication(x[v][k], used[k - 1])
+            if pos + 1 >= n:
+                break
+            now = []
+            for k in range(d):
+                if k > pos:
+                    now.append(None)       # no op up to here can be on k
+                    continue
+                if used is None or used[k] is None:
+                    now.append(x[v][k])
+                    continue
+                lit = m.new_bool_var(f"used{pos}_{k}")
+                m.add_bool_or([used[k], x[v][k]]).only_enforce_if(lit)
+                m.add_implication(used[k], lit)
+                m.add_implication(x[v][k], lit)
+                now.append(lit)
+            used = now
     return x
+
+
+def _time_windows(m, start: list, graph, horizon: int) -> None:
+    """Redundant, for the unit-slot (peak-memory) models, where every activity has a slot of
+    its own in 0..horizon-1: an op starts after each of its strict ancestors and before each
+    of its strict descendants, so ancestors(v) <= start[v] <= horizon - 1 - descendants(v)
+    (ASAP / ALAP positions). Skipped above `_WINDOW_MAX_OPS` ops (a bitset per op)."""
+    n = graph.num_nodes
+    if n > _WINDOW_MAX_OPS:
+        return
+    ancestors, descendants = _ancestor_counts(graph)
+    for v in range(n):
+        lo, hi = int(ancestors[v]), horizon - 1 - int(descendants[v])
+        if lo > 0:
+            m.add(start[v] >= lo)
+        if hi < horizon - 1:
+            m.add(start[v] <= hi)
+
+
+def _ancestor_counts(graph) -> tuple[np.ndarray, np.ndarray]:
+    """(strict ancestors, strict descendants) of every op, data and control edges."""
+    n = graph.num_nodes
+    words = (n + 63) // 64
+    below = np.zeros((n, words), np.uint64)   # descendants as bitsets
+    bit = np.zeros((n, words), np.uint64)
+    bit[np.arange(n), np.arange(n) // 64] = np.left_shift(np.uint64(1),
+                                                         (np.arange(n) % 64).astype(np.uint64))
+    for u in graph.topo_order[::-1]:
+        for w in graph.successors(int(u)):
+            below[u] |= below[w] | bit[w]
+    counts = np.unpackbits(below.view(np.uint8), axis=1).sum(axis=1)
+    above = np.zeros(n, np.int64)
+    for u in range(n):
+        rows = np.unpackbits(below[u].view(np.uint8), bitorder="little")[:n]
+        above += rows
+    return above, counts.astype(np.int64)
 
 
 def _final_state_bound(m, peak, persistent, x, graph, size, d: int) -> None:

@@ -18,6 +18,7 @@ gives BRKGA its full share: a seed then always gives the same answer, whatever t
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -55,8 +56,45 @@ def _model_fits(problem: Problem, time_limit: float) -> bool:
     return _model_units(problem) <= _largest_model(time_limit)
 
 
+class _Rescorer(cp_model.CpSolverSolutionCallback):
+    """Re-scores every incumbent CP-SAT reports with the simulator (at most `left` of them)
+    and keeps the best by the simulator's value: a later incumbent, better in the model, may
+    re-score worse than an earlier one. Stops the search once a re-score meets a proven
+    lower bound on the simulator's objective (`lower` bytes, or the peak model's own bound):
+    that answer is optimal, whatever the model still has to prove."""
+
+    def __init__(self, handles: CpModelHandles, graph, d: int, score, left: int,
+                 lower: float | None) -> None:
+        super().__init__()
+        self.handles, self.graph, self.d, self.score = handles, graph, d, score
+        self.left = int(left)
+        self.lower = lower
+        self.scored = 0
+        self.best = None          # the simulator's fields of the best re-scored incumbent
+        self.last = None          # those of the latest incumbent, None when not scored
+        self.met_bound = False
+
+    def on_solution_callback(self) -> None:
+        if self.left <= 0:
+            self.last = None
+            return
+        fields = self.score(*_priorities(self, self.handles, self.graph, self.d))
+        self.left -= 1
+        self.scored += 1
+        self.last = fields
+        if self.best is None or fields["value"] < self.best["value"]:
+            self.best = fields
+        if self.handles.objective == "peak_memory":
+            bound = float(self.best_objective_bound) * self.handles.memory_unit
+            if self.lower is not None:
+                bound = max(bound, float(self.lower))
+            if self.best["value"] <= bound:
+                self.met_bound = True
+                self.stop_search()
+
+
 def _solve_model(handles: CpModelHandles, deterministic: float, wall: float, seed: int,
-                 num_workers: int):
+                 num_workers: int, callback: _Rescorer | None = None):
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.max_deterministic_time = float(deterministic)
@@ -68,7 +106,7 @@ def _solve_model(handles: CpModelHandles, deterministic: float, wall: float, see
     p.num_workers = int(num_workers)
     p.random_seed = int(seed) % (2**31)
     p.log_search_progress = False
-    status = solver.solve(handles.model)
+    status = solver.solve(handles.model, callback)
     return solver, status
 
 
@@ -111,16 +149,27 @@ class _ModelRun:
     solver: cp_model.CpSolver
     status: int
     hint_objective: float | None  # the hint's objective in the model (model units)
-    stopped_by: str               # "proof", "deterministic_time" or "wall_clock"
+    stopped_by: str               # "proof", "bound_met", "deterministic_time" or "wall_clock"
+    rescorer: _Rescorer | None = None  # the incumbents re-scored by the simulator
 
 
 def _run_model(problem: Problem, formulation: str, hint: Solution | None, hint_trace,
                time_limit: float, deadline: float, seed: int, num_workers: int,
-               reproducible: bool = False) -> _ModelRun:
+               reproducible: bool = False, lower: float | None = None, score=None,
+               evaluations: int = 0) -> _ModelRun:
     """Builds, hints and solves the model; CP-SAT stops at `time_limit` deterministic
     seconds or at the wall-clock `deadline`, whichever comes first (but gets at least
-    `_MIN_SOLVE` of the limit)."""
+    `_MIN_SOLVE` of the limit).
+
+    `lower`: a proven lower bound (bytes) on the simulated peak of every solution; the
+    peak model's objective is bounded below by it (valid: the model's optimum may be below
+    the simulator's, never the other way, and every simulated peak is a whole number of
+    memory units). `score` (placement, priority, transfer priority -> the simulator's
+    fields): re-scores up to `evaluations` incumbents during the search (`_Rescorer`),
+    which stops once one meets the best proven bound."""
     handles = _build(problem, formulation)
+    if lower is not None and handles.objective == "peak_memory" and lower > 0:
+        handles.model.add(handles.target >= -(-int(math.ceil(lower)) // handles.memory_unit))
     sequential = problem.objective == "peak_memory"
     floor = _MIN_SOLVE * time_limit
     used = 0.0
@@ -135,14 +184,21 @@ def _run_model(problem: Problem, formulation: str, hint: Solution | None, hint_t
         _default_hint(handles, problem.graph, sequential, op_ticks)
     wall = max(deadline - time.perf_counter(), floor)
     deterministic = max(time_limit - used, floor)
-    solver, status = _solve_model(handles, deterministic, wall, seed, num_workers)
+    rescorer = None
+    if score is not None and evaluations > 0:
+        rescorer = _Rescorer(handles, problem.graph, problem.devices.count, score,
+                             evaluations, lower if problem.objective == "peak_memory" and
+                             handles.objective == "peak_memory" else None)
+    solver, status = _solve_model(handles, deterministic, wall, seed, num_workers, rescorer)
     if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
         stopped_by = "proof"
+    elif rescorer is not None and rescorer.met_bound:
+        stopped_by = "bound_met"
     elif solver.wall_time >= 0.97 * wall:
         stopped_by = "wall_clock"
     else:
         stopped_by = "deterministic_time"
-    return _ModelRun(handles, solver, status, hint_objective, stopped_by)
+    return _ModelRun(handles, solver, status, hint_objective, stopped_by, rescorer)
 
 
 def _deadline(time_limit: float, reproducible: bool) -> float:

@@ -10,7 +10,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from baselines.cpsat.model import (CpModelHandles, _final_state_bound, _memory_arrays,
-                                   _placement_vars)
+                                   _placement_vars, _time_windows)
 from regal.optimizers import Problem
 
 
@@ -59,6 +59,7 @@ def build_sequence_model(problem: Problem) -> CpModelHandles:
     for v in range(n):
         for u in graph.predecessors(v):
             m.add(start[v] >= start[u] + 1)
+    _time_windows(m, start, graph, horizon)
 
     tr_index, tr_start, tr_present = {}, {}, {}
     act_start = list(start)

@@ -1,0 +1,245 @@
+"""Proven optima on small graphs (issue 39 item 2): CP-SAT on every graph of at most
+`--max-ops` ops, at 2 and 4 devices, peak memory, one worker, `--time-limit` seconds each.
+
+    nice -n 5 .venv/bin/python experiments/exact_small.py [--time-limit 60] [--devices 2,4]
+        [--max-ops 100] [--sets synth-test,samples,tests] [--out experiments/results/exact_small]
+
+Graph sets: `synth-test` the first 20 of the synthetic test split (`regal.synth.RECIPES`),
+`samples` data/synth/samples/*.npz (one per family and a training step), `tests` the
+CostGraphDef files under tests/data that load (the REGAL readme's example and a 6-op graph);
+data/real has no graph of 100 ops or fewer (the smallest, vgg16_infer, has 120).
+
+Per graph and device count: the answer's simulated value, the best proven lower bound
+(`extra["bound"]`: CP-SAT's bound on its relaxation, never below regal.bounds), whether the
+answer is proven optimal (value == bound: the simulator's re-score meets a valid lower
+bound), wall seconds, CP-SAT deterministic seconds and process CPU seconds. The machine's
+cores are shared with other work, so wall and CPU seconds are noisy; deterministic time is
+the load-independent measure. Records go to OUT.jsonl (one line per graph x devices x time
+limit x label; resumable: done records are skipped) and the table to OUT.md, followed by
+the comparison with the records of `--before` (the cpsat of before this change, made with
+`--label before --out experiments/results/exact_small_before`) when they exist.
+
+"Proven" is the simulator's claim, not the model's: the answer's simulated value equals a
+proven lower bound on every solution's (regal.bounds, or CP-SAT's bound on its relaxation).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")  # before the simulator is imported
+# the repository root, not experiments/ (whose baselines.py would hide the baselines package)
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+import argparse  # noqa: E402
+import glob  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def graph_sets(names: list[str], max_ops: int):
+    """(name, graph) for every graph of the named sets with at most `max_ops` ops."""
+    from regal.io import load_graph
+    from regal.synth import graph_at, recipe_named
+
+    for name in names:
+        if name == "synth-test":
+            recipe = recipe_named("test", 20)
+            for i in range(20):
+                graph = graph_at(recipe, i)
+                if graph.num_nodes <= max_ops:
+                    yield f"test_{i:05d}", graph
+        elif name == "samples":
+            for path in sorted(glob.glob(str(_ROOT / "data/synth/samples/*.npz"))):
+                graph = load_graph(path)
+                if graph.num_nodes <= max_ops:
+                    yield Path(path).stem, graph
+        elif name == "tests":
+            for path in sorted(glob.glob(str(_ROOT / "tests/data/*.pbtxt"))):
+                try:
+                    graph = load_graph(path)
+                except Exception:  # noqa: BLE001 - the folder holds deliberately broken files
+                    continue
+                if graph.num_nodes <= max_ops:
+                    yield Path(path).stem, graph
+        else:
+            raise SystemExit(f"unknown graph set {name!r}: synth-test, samples or tests")
+
+
+def _key(record: dict) -> tuple:
+    return (record["graph"], record["devices"], record["time_limit"], record["label"])
+
+
+def read_records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:  # a torn last line from an interrupted run
+                continue
+    return out
+
+
+def one_record(name: str, graph, d: int, time_limit: float, budget: int, seed: int,
+               label: str, options: dict) -> dict:
+    from regal.optimizers import Problem, score, solve
+    from regal.sim import DeviceSpec
+
+    problem = Problem(graph, DeviceSpec(d), "peak_memory")
+    cpu = time.process_time()
+    began = time.perf_counter()
+    found = solve("cpsat", problem, budget, seed, time_limit=time_limit, **options)
+    wall = time.perf_counter() - began
+    cpu = time.process_time() - cpu
+    rescored = score(problem, found.placement, found.priority, found.transfer_priority)["value"]
+    extra = found.extra
+    bound = extra.get("bound")
+    return {"graph": name, "ops": int(graph.num_nodes), "devices": d,
+            "time_limit": float(time_limit), "label": label, "seed": seed,
+            "value": float(found.value), "rescored": float(rescored),
+            "bound": None if bound is None else float(bound),
+            "proven": bool(bound is not None and found.value <= bound),
+            "status": extra.get("status"), "solver_status": extra.get("solver_status"),
+            "formulation": extra.get("formulation"), "hint_method": extra.get("hint_method"),
+            "hint_value": extra.get("hint_value"),
+            "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "deterministic_s": extra.get("deterministic_time"),
+            "proven_at_s": extra.get("proven_at_s")}
+
+
+def _gap(record: dict) -> float | None:
+    bound = record["bound"]
+    if not bound:
+        return None
+    return 100.0 * (record["value"] - bound) / bound
+
+
+def table(records: list[dict], title: str) -> str:
+    lines = [f"# {title}", "",
+             "cpsat, one worker, peak memory; proven = the simulator's value of the answer "
+             "equals a proven lower bound. Wall and CPU seconds are from 2 cores shared with "
+             "other work (CPU well below wall: the process waited); CP-SAT's deterministic "
+             "seconds do not depend on the load. Made by `experiments/exact_small.py`.", "",
+             "| graph | ops | devices | value (bytes) | bound (bytes) | gap % | proven | "
+             "status | wall s | CPU s | det. s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |"]
+    for r in records:
+        gap = _gap(r)
+        det = r.get("deterministic_s")
+        lines.append(
+            f"| {r['graph']} | {r['ops']} | {r['devices']} | {r['value']:,.0f} | "
+            f"{'-' if r['bound'] is None else format(r['bound'], ',.0f')} | "
+            f"{'-' if gap is None else format(gap, '.2f')} | "
+            f"{'yes' if r['proven'] else 'no'} | {r['status']} | {r['wall_s']:.1f} | "
+            f"{r.get('cpu_s', float('nan')):.1f} | {'-' if det is None else format(det, '.1f')} |")
+    proven = sum(r["proven"] for r in records)
+    lines += ["", f"proven optimal: {proven} of {len(records)}"]
+    for d in sorted({r["devices"] for r in records}):
+        rows = [r for r in records if r["devices"] == d]
+        lines.append(f"- {d} devices: {sum(r['proven'] for r in rows)} of {len(rows)}")
+    return "\n".join(lines) + "\n"
+
+
+def comparison(before: list[dict], after: list[dict]) -> str:
+    """Before and after, row by row (graph x devices), with the proven counts and the
+    median gap between the answer and its bound."""
+    old = {(r["graph"], r["devices"]): r for r in before}
+    lines = ["", "## Before and after", "",
+             "| graph | devices | value before | bound before | gap % before | value after | "
+             "bound after | gap % after |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    pairs = [(old[(r["graph"], r["devices"])], r) for r in after
+             if (r["graph"], r["devices"]) in old]
+    for b, a in pairs:
+        cells = []
+        for r in (b, a):
+            gap = _gap(r)
+            cells += [f"{r['value']:,.0f}",
+                      "-" if r["bound"] is None else f"{r['bound']:,.0f}",
+                      "-" if gap is None else f"{gap:.2f}" + (" (proven)" if r["proven"] else "")]
+        lines.append(f"| {a['graph']} | {a['devices']} | " + " | ".join(cells) + " |")
+
+    def median_gap(rows):
+        gaps = sorted(g for g in (_gap(r) for r in rows) if g is not None)
+        if not gaps:
+            return float("nan")
+        mid = len(gaps) // 2
+        return gaps[mid] if len(gaps) % 2 else 0.5 * (gaps[mid - 1] + gaps[mid])
+
+    lines.append("")
+    for d in sorted({a["devices"] for _, a in pairs}):
+        bs = [b for b, a in pairs if a["devices"] == d]
+        afs = [a for b, a in pairs if a["devices"] == d]
+        lines.append(f"- {d} devices: proven {sum(r['proven'] for r in bs)} -> "
+                     f"{sum(r['proven'] for r in afs)} of {len(afs)}; median gap "
+                     f"{median_gap(bs):.2f}% -> {median_gap(afs):.2f}%")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--devices", default="2,4")
+    parser.add_argument("--max-ops", type=int, default=100)
+    parser.add_argument("--sets", default="synth-test,samples,tests")
+    parser.add_argument("--graphs", default=None, help="only these graph names (comma list)")
+    parser.add_argument("--budget", type=int, default=5000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--label", default="cpsat")
+    parser.add_argument("--out", default=str(_ROOT / "experiments/results/exact_small"))
+    parser.add_argument("--title", default="Proven optima on small graphs (issue 39 item 2)")
+    parser.add_argument("--before", default=str(_ROOT / "experiments/results/exact_small_before"),
+                        help="records to compare with (their .jsonl), when the file exists")
+    args = parser.parse_args()
+    if not args.time_limit > 0 or args.budget < 1:
+        parser.error("--time-limit and --budget must be positive")
+
+    out = Path(args.out)
+    jsonl, md = out.with_suffix(".jsonl"), out.with_suffix(".md")
+    records = read_records(jsonl)
+    done = {_key(r) for r in records}
+    only = None if args.graphs is None else set(args.graphs.split(","))
+    devices = [int(x) for x in args.devices.split(",")]
+    wanted = []
+    for name, graph in graph_sets(args.sets.split(","), args.max_ops):
+        if only is not None and name not in only:
+            continue
+        for d in devices:
+            key = (name, d, float(args.time_limit), args.label)
+            wanted.append(key)
+            if key in done:
+                continue
+            record = one_record(name, graph, d, args.time_limit, args.budget, args.seed,
+                                args.label, {})
+            records.append(record)
+            done.add(key)
+            with open(jsonl, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            gap = _gap(record)
+            shown = -1.0 if gap is None else gap
+            print(f"{name:24} {record['ops']:>4} d={d} value {record['value']:>12,.0f} "
+                  f"bound {record['bound'] or 0:>12,.0f} gap {shown:6.2f}% "
+                  f"{'PROVEN' if record['proven'] else 'open  '} {record['status']:>8} "
+                  f"wall {record['wall_s']:6.1f} s det {record['deterministic_s'] or 0:6.1f}",
+                  flush=True)
+    wanted_set = set(wanted)
+    rows = [r for r in records if _key(r) in wanted_set]
+    rows.sort(key=lambda r: wanted.index(_key(r)))
+    text = table(rows, args.title)
+    before = Path(args.before).with_suffix(".jsonl")
+    if before.exists() and before.resolve() != jsonl.resolve():
+        text += comparison(read_records(before), rows)
+    md.write_text(text)
+    print(text[text.index("proven optimal:"):], end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
