@@ -314,7 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--best-known", nargs="+", default=None, metavar="STORE",
                    help="best-known stores for the gap from best (default: data/bestknown/)")
     p.add_argument("--no-bounds", action="store_true",
-                   help="skip the gap to the lower bound (it reads every graph file)")
+                   help="no lower bounds computed from the graph files (it reads every "
+                        "one); the bounds the best-known stores keep are still used")
     p.add_argument("--pool-limits", action="store_true",
                    help="one row per method over graphs that each ran under their own memory "
                         "limit (e.g. transfer.py's makespan runs), not a setting per limit")
@@ -385,8 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
     p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
                    help="per-device memory limit (makespan objective)")
-    p.add_argument("--time-per-graph", type=positive_float, required=True, metavar="SECONDS",
-                   help="portfolio CPU seconds per graph and device count, in total over reruns")
+    p.add_argument("--time-per-graph", type=positive_float, default=None, metavar="SECONDS",
+                   help="portfolio CPU seconds per graph and device count, in total over reruns "
+                        "(required unless --bounds-only)")
     p.add_argument("--time-per-kop", type=float, default=0.0, metavar="SECONDS",
                    help="extra CPU seconds per 1,000 ops of the graph (default 0)")
     p.add_argument("--extra", action="store_true",
@@ -400,6 +402,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, default=None,
                    help="processes (default: all cores)")
     p.add_argument("--ray", action="store_true", help="fan out on a local Ray cluster")
+    p.add_argument("--bounds-only", action="store_true",
+                   help="no portfolio: add a valid lower bound (peak memory) to the store's "
+                        "entries of these graphs that have none, at these device counts")
+    p.add_argument("--bound-time", type=positive_float, default=None, metavar="SECONDS",
+                   help="with --bounds-only: seconds for the bound of each graph and device "
+                        "count (default 5)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(command="best_known")
 

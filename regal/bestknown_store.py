@@ -8,17 +8,31 @@ Two kinds of line:
   integer ranks, which decode to the same schedule), its value, per-device peaks, makespan,
   how it was found, evaluations, seconds and the software version;
 - `"kind": "effort"`: seconds a portfolio spent on a key, so a rerun with a larger
-  `time_per_graph` only spends the difference (resume).
+  `time_per_graph` only spends the difference (resume);
+- `"kind": "bound"`: a valid lower bound on the key's optimum (`bound`, bytes) and the
+  argument that gave it (`bound_source`, a `regal.bounds` argument name), for an entry
+  stored before its bound was known (`Store.offer_bound`).
 
-A solution line is appended only when it beats the key's stored value (monotone: an entry is
-only ever replaced by a better one), lines are flushed and fsynced one by one and a torn last
-line is cut (`regal.files.JsonLinesWriter`), so a killed build loses at most the chunk in
-flight. A writer holds the store's lock from its start: a second build of the same store is
-refused at once. `compact` rewrites the file with the best entry and the summed effort per key.
+The lower bound sits beside the value: a solution line may carry `bound` and `bound_source`
+too (None, or absent in lines written before bounds were stored: not known). Bounds are for
+the peak-memory objective only (`regal.bounds`; a memory limit only removes placements, and
+the ranking penalty of a placement over it is above its peak, so the same bound holds under
+any limit); makespan entries keep None, as `regal.bounds` proves nothing about time. The
+certified gap of an entry is `regal.bounds.gap_to_bound(value, bound)`.
+
+Monotone: a solution line is appended only when it beats the key's stored value (an entry is
+only ever replaced by a better one), a bound line only when it raises the key's bound, and
+an entry read back carries the largest bound of its key's lines (each valid, so their max
+is); a bound above the key's value is refused (one of the two would be wrong). Lines are
+flushed and fsynced one by one and a torn last line is cut (`regal.files.JsonLinesWriter`),
+so a killed build loses at most the chunk in flight. A writer holds the store's lock from
+its start: a second build of the same store is refused at once. `compact` rewrites the file
+with the best entry (its bound folded in) and the summed effort per key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 from dataclasses import asdict, dataclass
@@ -82,6 +96,16 @@ class Entry:
     version: str
     created: str = ""
     kind: str = "solution"
+    bound: float | None = None        # a valid lower bound on the key's optimum (bytes), or
+    bound_source: str | None = None   # None: not known; the argument that gave it
+
+    def gap(self) -> float | None:
+        """The certified gap (value - bound) / bound: the optimum is at most that far below
+        the value (`regal.bounds.gap_to_bound`); None without a bound."""
+        if self.bound is None:
+            return None
+        from regal.bounds import gap_to_bound
+        return gap_to_bound(self.value, self.bound)
 
     def key(self) -> tuple:
         return entry_key(self.fingerprint, self.devices, self.memory_limit, self.objective)
@@ -107,7 +131,8 @@ class Entry:
 
     @classmethod
     def from_solution(cls, problem, solution, *, graph: str, found_by: str, evaluations: int,
-                      seconds: float) -> "Entry":
+                      seconds: float, bound=None) -> "Entry":
+        """`bound`: a `regal.bounds.Bound` (or None) on the problem's optimum."""
         from regal import version
         devices = problem.devices
         return cls(
@@ -123,7 +148,9 @@ class Entry:
             transfer_priority=dense_ranks(solution.transfer_priority).tolist(),
             found_by=found_by, evaluations=int(evaluations), seconds=round(float(seconds), 3),
             version=version(),
-            created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+            created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            bound=None if bound is None else float(bound.value),
+            bound_source=None if bound is None else str(bound.source))
 
 
 _ENTRY_FIELDS = tuple(f for f in Entry.__dataclass_fields__)
@@ -131,7 +158,18 @@ _ENTRY_FIELDS = tuple(f for f in Entry.__dataclass_fields__)
 # needs its key's fields, value, placement, priority and transfer_priority
 _LINE_DEFAULTS = dict(graph="", memory_limit=None, objective="peak_memory", peak=None,
                       makespan=None, feasible=None, found_by="", evaluations=0, seconds=0.0,
-                      version="")
+                      version="", bound=None, bound_source=None)
+
+
+def _bound_of(record: dict) -> tuple[float | None, str | None]:
+    """(bound, source) of a line: None for a missing or malformed bound (the line's value
+    still counts)."""
+    bound = record.get("bound")
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)) \
+            or not (math.isfinite(bound) and bound >= 0):
+        return None, None
+    source = record.get("bound_source")
+    return float(bound), (str(source) if source is not None else "")
 
 
 def _entry_from_record(record) -> Entry | None:
@@ -143,6 +181,7 @@ def _entry_from_record(record) -> Entry | None:
         devices = fields["devices"]  # older lines: a device spec {"count": d, ...}
         fields["devices"] = int(devices["count"] if isinstance(devices, dict) else devices)
         fields.setdefault("ops", len(fields["placement"]))
+        fields["bound"], fields["bound_source"] = _bound_of(record)
         entry = Entry(**fields)
         n, d = int(entry.ops), entry.devices
         if (len(entry.placement) != n or len(entry.priority) != n
@@ -155,8 +194,23 @@ def _entry_from_record(record) -> Entry | None:
         return None
 
 
+def _raise_bound(bounds: dict, key: tuple, bound: float | None, source: str | None) -> None:
+    """Keeps the larger of the key's bounds (both valid); the first one on a tie."""
+    if bound is not None and (key not in bounds or bound > bounds[key][0]):
+        bounds[key] = (bound, source)
+
+
+def _with_bound(entry: Entry, bound: tuple | None) -> Entry:
+    """`entry` carrying `bound` = (value, source) where that beats its own."""
+    if bound is None or bound[0] is None or (entry.bound is not None
+                                             and entry.bound >= bound[0]):
+        return entry
+    return dataclasses.replace(entry, bound=bound[0], bound_source=bound[1])
+
+
 def load_store(path) -> tuple[dict, dict]:
     """(best entry per key, seconds of effort per key) of a store file; missing file = empty.
+    Each entry carries the largest bound of its key's lines (`Entry.bound`).
 
     Lines that are not well-formed entries are skipped (a torn tail, a foreign line)."""
     from regal.harness import read_records
@@ -166,21 +220,26 @@ def load_store(path) -> tuple[dict, dict]:
         raise ValueError(f"best-known store {path}: not a regular file")
     best: dict[tuple, Entry] = {}
     effort: dict[tuple, float] = {}
+    bounds: dict[tuple, tuple] = {}  # key -> (largest bound, its source)
     for record in read_records(path):
-        if isinstance(record, dict) and record.get("kind") == "effort":
+        if isinstance(record, dict) and record.get("kind") in ("effort", "bound"):
             try:
                 key = record_store_key(record)
-                effort[key] = effort.get(key, 0.0) + float(record["seconds"])
+                if record["kind"] == "effort":
+                    effort[key] = effort.get(key, 0.0) + float(record["seconds"])
+                else:
+                    _raise_bound(bounds, key, *_bound_of(record))
             except (KeyError, TypeError, ValueError):
                 pass
             continue
         entry = _entry_from_record(record)
         if entry is None:
             continue
+        _raise_bound(bounds, entry.key(), entry.bound, entry.bound_source)
         old = best.get(entry.key())
         if old is None or entry.value < old.value:
             best[entry.key()] = entry
-    return best, effort
+    return {key: _with_bound(entry, bounds.get(key)) for key, entry in best.items()}, effort
 
 
 def read_stores(paths: Iterable) -> dict:
@@ -191,8 +250,12 @@ def read_stores(paths: Iterable) -> dict:
         if not Path(path).is_file():
             raise ValueError(f"best-known store {path}: no such file")
         for key, entry in load_store(path)[0].items():
-            if key not in best or entry.value < best[key].value:
-                best[key] = entry
+            old = best.get(key)
+            if old is None or entry.value < old.value:
+                best[key] = entry if old is None else \
+                    _with_bound(entry, (old.bound, old.bound_source))
+            else:
+                best[key] = _with_bound(old, (entry.bound, entry.bound_source))
     return best
 
 
@@ -234,12 +297,45 @@ class Store:
         self._writer.write(record)
 
     def offer(self, entry: Entry) -> bool:
-        """Appends `entry` if it beats the stored value of its key; True when it did."""
+        """Appends `entry` if it beats the stored value of its key, with the larger of its
+        bound and the stored one; True when it did. A bound it brings that does not come
+        with a better value is still kept (`offer_bound`)."""
         old = self.best.get(entry.key())
+        if old is not None:
+            entry = _with_bound(entry, (old.bound, old.bound_source))
+        _check_bound(entry.key(), entry.bound, entry.value)
         if old is not None and not entry.value < old.value:
+            self.offer_bound(entry.key(), entry.bound, entry.bound_source)
             return False
         self._write({"format": STORE_FORMAT, **asdict(entry)})
         self.best[entry.key()] = entry
+        return True
+
+    def offer_bound(self, key: tuple, bound, source: str | None = None) -> bool:
+        """Appends a bound line if `bound` (bytes, or a `regal.bounds.Bound` whose source is
+        then taken) raises the bound of `key`'s entry; True when it did. A key without an
+        entry takes no bound; a bound above its entry's value is a ValueError."""
+        if bound is not None and hasattr(bound, "source"):
+            bound, source = bound.value, bound.source
+        entry = self.best.get(key)
+        if bound is None or entry is None:
+            return False
+        bound = float(bound)
+        if not (math.isfinite(bound) and bound >= 0):
+            raise ValueError(f"best-known store {self.path}: bound {bound!r} is not a "
+                             f"number of bytes")
+        if entry.bound is not None and not bound > entry.bound:
+            return False
+        _check_bound(key, bound, entry.value)
+        from regal import version
+        fingerprint, devices, limit, objective = key
+        source = "" if source is None else str(source)   # as the line reads back
+        self._write({"format": STORE_FORMAT, "kind": "bound", "fingerprint": fingerprint,
+                     "devices": devices, "memory_limit": None if limit is None else list(limit),
+                     "objective": objective, "bound": bound, "bound_source": source,
+                     "version": version(), "created": datetime.datetime.now(
+                         datetime.timezone.utc).isoformat(timespec="seconds")})
+        self.best[key] = dataclasses.replace(entry, bound=bound, bound_source=source)
         return True
 
     def add_effort(self, key: tuple, seconds: float) -> None:
@@ -267,6 +363,13 @@ class Store:
             write_text(self.path, "".join(json_text(r, sort_keys=True) + "\n" for r in records))
         finally:
             self.close()
+
+
+def _check_bound(key: tuple, bound: float | None, value: float) -> None:
+    """A lower bound above a value that a solution reaches: one of them is wrong."""
+    if bound is not None and bound > value:
+        raise ValueError(f"best-known store: lower bound {bound:.17g} above the value "
+                         f"{value:.17g} of key {key}: the bound or the entry is wrong")
 
 
 def _effort_record(key: tuple, seconds: float) -> dict:

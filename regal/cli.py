@@ -425,7 +425,12 @@ def cmd_best_known(args) -> int:
     from regal.bestknown import build_store
     from regal.units import format_bytes, format_duration_us
 
-    if args.time_per_graph is None or not args.time_per_graph > 0:
+    if args.bounds_only:
+        return _best_known_bounds(args)
+    if args.time_per_graph is None:
+        raise ValueError("--time-per-graph: required (portfolio CPU seconds per graph and "
+                         "device count), unless --bounds-only")
+    if not args.time_per_graph > 0:
         raise ValueError(f"--time-per-graph: expected a positive number of seconds, "
                          f"got {args.time_per_graph}")
     check_output("--out", args.out)
@@ -445,16 +450,51 @@ def cmd_best_known(args) -> int:
                           time_per_kop=args.time_per_kop, seed=args.seed, extra=args.extra,
                           workers=args.workers, ray=args.ray, progress=not args.quiet)
     unit = format_bytes if args.objective == "peak_memory" else format_duration_us
-    for graph, d, before, after in summary.rows:
+    for graph, d, before, after, bound in summary.rows:
         if after is None:
             continue
         change = "new" if before is None else \
             ("unchanged" if after >= before else f"{(before - after) / before:+.2%} better")
-        print(f"  {graph} d={d}: {unit(after)} ({change})")
+        certified = _certified(after, bound)
+        print(f"  {graph} d={d}: {unit(after)} ({change})"
+              + (f"; {certified}" if certified else ""))
     print(f"{summary.keys} graph x device entries: {summary.skipped} already had the time, "
           + (f"{summary.not_beaten} not beaten by a record, " if beaten_by is not None else "")
           + f"{summary.chunks} chunks run, {summary.improved} improvements in "
           f"{summary.seconds:.0f} s; store {args.out}")
+    return 0
+
+
+def _certified(value: float, bound, source: str | None = None) -> str:
+    """'certified: at most 2.10% above the optimum (lower bound 1.00 MiB, argument op_start)'
+    or 'certified: proven optimal (...)', the line `regal optimize` prints, for a value and a
+    valid lower bound in bytes; '' without a bound."""
+    if bound is None:
+        return ""
+    from regal.bounds import gap_to_bound
+    from regal.units import format_bytes
+    gap = gap_to_bound(value, bound)
+    return ("certified: proven optimal" if gap == 0 else
+            f"certified: at most {100 * gap:.2f}% above the optimum") + \
+        f" (lower bound {format_bytes(bound)}" + ("" if source is None else
+                                                 f", argument {source}") + ")"
+
+
+def _best_known_bounds(args) -> int:
+    """`regal best-known --bounds-only`: lower bounds added to a store's entries."""
+    from regal.bestknown import add_bounds
+    from regal.units import format_bytes
+
+    if not os.path.isfile(args.out):
+        raise ValueError(f"--out {args.out}: no such store (--bounds-only adds to one)")
+    summary = add_bounds(args.out, args.graphs, devices=args.devices,
+                         **({} if args.bound_time is None else {"time_limit": args.bound_time}))
+    for graph, d, value, bound, source in summary.rows:
+        print(f"  {graph} d={d}: {format_bytes(value)}; {_certified(value, bound, source)}")
+    print(f"{summary.keys} entries: {summary.bounded} bounded now, {summary.unchanged} "
+          f"unchanged, {summary.had_bound} had a bound, {summary.no_graph} without their "
+          f"graph here, {summary.not_peak} makespan (no bound) in {summary.seconds:.0f} s; "
+          f"store {args.out}")
     return 0
 
 

@@ -7,8 +7,13 @@ Per setting (objective, devices, memory limit) and dataset, for every (method, b
   reached on that graph;
 - headroom captured: that improvement / the best-known improvement on the same graphs,
   shown only where the best-known improvement is positive (otherwise it means nothing).
-- % gap to lower bound (peak memory): mean over graphs of (obj - bound) / bound, with the
-  valid lower bound of `regal.bounds`;
+- % gap to lower bound (peak memory): mean over graphs of (obj - bound) / bound, and its
+  median over graphs, with the best valid lower bound known for the graph: the larger of
+  `regal.bounds` (computed from the graph file) and the one the best-known store keeps beside
+  its value (`Entry.bound`);
+- certified gap of best: median over graphs of (best - bound) / bound, how far above the
+  optimum the best value known can be at most (`regal.bounds.gap_to_bound`, the figure
+  `regal optimize` certifies);
 - wins / losses against BRKGA-5K (graphs where the seed mean is lower / higher), the
   two-sided Wilcoxon signed-rank p over the paired per-graph means, and the spread over seeds
   (mean over graphs of the seeds' standard deviation / mean).
@@ -41,7 +46,8 @@ BASELINE = ("brkga", 5000)  # BRKGA-5K: method brkga at a budget of 5,000 evalua
 CSV_FIELDS = ("objective", "devices", "memory_limit", "dataset", "method", "budget", "options",
               "graphs",
               "runs", "failed", "improvement_pct", "gap_pct", "headroom_pct", "gap_bound_pct",
-              "wins", "losses", "wilcoxon_p", "seed_spread_pct", "no_best_known", "store_beaten",
+              "gap_bound_median_pct", "best_gap_bound_pct", "wins", "losses", "wilcoxon_p",
+              "seed_spread_pct", "no_best_known", "store_beaten",
               "mean_value", "mean_wall_s", "mean_evaluations", "feasible_runs", "feasible_pct",
               "from_unfit_runs")
 
@@ -68,6 +74,22 @@ def _setting(record: dict) -> tuple:
 def _mean(values: Iterable[float]) -> float | None:
     values = list(values)
     return sum(values) / len(values) if values else None
+
+
+def _median(values: Iterable[float]) -> float | None:
+    values = sorted(values)
+    if not values:
+        return None
+    half = len(values) // 2
+    return values[half] if len(values) % 2 else (values[half - 1] + values[half]) / 2
+
+
+def _gap_to_bound(value: float, bound: float) -> float | None:
+    """(value - bound) / bound (`regal.bounds.gap_to_bound`), None where that is no number
+    (a bound of 0 under a positive value, an infinite value)."""
+    from regal.bounds import gap_to_bound
+    gap = gap_to_bound(value, bound)
+    return gap if math.isfinite(gap) else None
 
 
 def _relative(numer_base: float, numer_sub: float, denom: float) -> float | None:
@@ -111,14 +133,15 @@ def store_key(setting: tuple, fingerprint: str) -> tuple:
 
 def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
               best_known: dict | None = None, bounds: dict | None = None,
-              pool_limits: bool = False) -> list[dict]:
+              pool_limits: bool = False, known_bounds: dict | None = None) -> list[dict]:
     """One row per (setting, dataset, method, budget, options), metrics in percent.
 
     The baseline is `baseline` = (method, budget) run with default options. `best_known`
     maps a store key (`regal.bestknown.entry_key`) to the best-known value; `bounds` maps
-    (devices, fingerprint) to a valid lower bound on the peak memory. A record that
-    `regal.harness.check_record` rejects is a ValueError naming it (`load_records` never
-    returns one).
+    (devices, fingerprint) to a valid lower bound on the peak memory; `known_bounds` maps a
+    store key to the valid lower bound the store keeps beside its value (a graph's bound is
+    the larger of the two). A record that `regal.harness.check_record` rejects is a
+    ValueError naming it (`load_records` never returns one).
     """
     from regal.harness import check_record
 
@@ -128,9 +151,20 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
         if why is not None:
             raise ValueError(f"records: record {index} ({_name(r)}): {why}")
     best_known = best_known or {}
+    known_bounds = known_bounds or {}
     if pool_limits:  # after the checks: a record's feasibility is judged by its own limit
         records, best_known = pool_memory_limits(records, best_known)
+        known_bounds = _pool_bounds(known_bounds)
     bounds = bounds or {}
+
+    def bound_of(graph: tuple) -> float | None:
+        """The best valid lower bound known for (setting, fingerprint), or None."""
+        (objective, devices, _), fingerprint = graph
+        found = [b for b in (bounds.get((devices, fingerprint))
+                             if objective == "peak_memory" else None,
+                             known_bounds.get(store_key(*graph))) if b is not None]
+        return max(map(float, found)) if found else None
+
     best: dict[tuple, float] = {}             # (setting, fingerprint) -> best value ever
     best_fits: dict[tuple, bool] = {}         # ... reached by a run within the memory limit
     per_seed = defaultdict(list)              # (setting, dataset, method, budget, fp) -> values
@@ -197,10 +231,13 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
         headroom = improvement / possible \
             if improvement is not None and possible is not None and possible > 0 else None
         objective, devices, limit = setting
-        to_bound = _mean(x for x in (_relative(mine[fp], bounds[(devices, fp)],
-                                               bounds[(devices, fp)])
-                                     for fp in mine if (devices, fp) in bounds)
-                         if x is not None) if objective == "peak_memory" else None
+        bound = {fp: b for fp in mine if (b := bound_of((setting, fp))) is not None}
+        mine_to_bound = [x for x in (_gap_to_bound(mine[fp], bound[fp]) for fp in bound)
+                         if x is not None]
+        best_to_bound = [x for x in (_gap_to_bound(best[(setting, fp)], bound[fp])
+                                     for fp in bound) if x is not None]
+        to_bound, to_bound_median = _mean(mine_to_bound), _median(mine_to_bound)
+        best_certified = _median(best_to_bound)
         is_base = (method, budget, options) == tuple(baseline) + ("{}",)
         wins = None if is_base or not shared else sum(mine[fp] < base[fp] for fp in shared)
         losses = None if is_base or not shared else sum(mine[fp] > base[fp] for fp in shared)
@@ -215,7 +252,9 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
             improvement_pct=vs_base, wins=vs_base, losses=vs_base, wilcoxon_p=vs_base,
             gap_pct=any(not (fit[fp] and best_fits[(setting, fp)]) for fp in mine),
             headroom_pct=vs_base or any(not best_fits[(setting, fp)] for fp in shared),
-            gap_bound_pct=any(not fit[fp] for fp in mine if (devices, fp) in bounds),
+            gap_bound_pct=any(not fit[fp] for fp in bound),
+            gap_bound_median_pct=any(not fit[fp] for fp in bound),
+            best_gap_bound_pct=any(not best_fits[(setting, fp)] for fp in bound),
             seed_spread_pct=not all(fit.values()), mean_value=not all(fit.values()))
         rows.append(dict(
             objective=objective, devices=devices, memory_limit=limit, dataset=dataset,
@@ -224,6 +263,8 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
             gap_pct=None if gap is None else 100 * gap,
             headroom_pct=None if headroom is None else 100 * headroom,
             gap_bound_pct=None if to_bound is None else 100 * to_bound,
+            gap_bound_median_pct=None if to_bound_median is None else 100 * to_bound_median,
+            best_gap_bound_pct=None if best_certified is None else 100 * best_certified,
             wins=wins, losses=losses, wilcoxon_p=p_value,
             seed_spread_pct=None if not spread[row] else 100 * _mean(spread[row]),
             no_best_known=sum((setting, fp) not in stored for fp in mine),
@@ -298,6 +339,8 @@ def _columns(name: str) -> list[tuple]:
             ("Wilcoxon p", "r", "baseline", p_value),
             ("% gap from best", "r", None, figure("gap_pct")),
             ("% gap to lower bound", "r", "bound", figure("gap_bound_pct")),
+            ("median % gap to lower bound", "r", "bound", figure("gap_bound_median_pct")),
+            ("certified gap of best %", "r", "bound", figure("best_gap_bound_pct")),
             ("headroom captured %", "r", "baseline", figure("headroom_pct", 1)),
             ("seed spread %", "r", "seeds", figure("seed_spread_pct")),
             ("mean wall s", "r", None, lambda r: _fmt(r["mean_wall_s"], 2))]
@@ -319,7 +362,8 @@ def _missing_references(part: list[dict], baseline, dataset: str) -> dict:
         missing["bound"] = "no lower-bound column: " + (
             "lower bounds are for the peak-memory objective" if objective != "peak_memory" else
             "no bound for these graphs; `regal report` computes them from the graph files "
-            "at the records' paths, unless --no-bounds")
+            "at the records' paths, unless --no-bounds, and reads those the best-known "
+            "stores keep")
     if all(r["seed_spread_pct"] is None for r in part):
         one_seed = all(r["runs"] - r["failed"] <= r["graphs"] for r in part)
         missing["seeds"] = "no seed-spread column: " + (
@@ -382,7 +426,11 @@ def to_markdown(rows: list[dict], baseline: tuple[str, int] = BASELINE) -> str:
     lines += ["Improvement and gaps: mean over graphs of per-graph relative differences; each "
               "graph's value is the mean over seeds. Best = the best-known store's value (long "
               "portfolio runs), or a record's where one is lower or the store has no entry. "
-              "Lower bound: `regal bounds` (valid for peak memory). Headroom = improvement / "
+              "Lower bound: the larger of `regal bounds` (valid for peak memory) and the one "
+              "the store keeps beside its value; median % gap to lower bound: the median over "
+              "graphs of the same per-graph gaps; certified gap of best = median over graphs "
+              "of (best - bound) / bound, the most the best value known can be above the "
+              "optimum. Headroom = improvement / "
               "best-known improvement, shown where the latter is positive. W/L = graphs "
               f"better / worse than {name}; p = two-sided Wilcoxon signed-rank test on the "
               "paired per-graph means; seed spread = mean over graphs of std / mean over "
@@ -410,14 +458,29 @@ def _slug(objective: str, devices: int, limit) -> str:
 SHIPPED_STORES = Path(__file__).resolve().parent.parent / "data" / "bestknown"
 
 
-def best_known_values(stores=None) -> dict:
-    """Store key -> best value over the given store files (default: the shipped stores)."""
+def _store_entries(stores=None) -> dict:
+    """Store key -> best entry over the given store files (default: the shipped stores)."""
     from regal.bestknown import read_stores
 
     if stores is None:
         stores = sorted(SHIPPED_STORES.glob("*.jsonl")) if SHIPPED_STORES.is_dir() else []
-    return {key: entry.value for key, entry in read_stores(stores).items()
+    return read_stores(stores)
+
+
+def best_known_values(stores=None, entries: dict | None = None) -> dict:
+    """Store key -> best value over the given store files (default: the shipped stores), or
+    over `entries` already read (`read_stores`)."""
+    entries = _store_entries(stores) if entries is None else entries
+    return {key: entry.value for key, entry in entries.items()
             if entry.value >= 0}  # a size or a time
+
+
+def best_known_bounds(stores=None, entries: dict | None = None) -> dict:
+    """Store key -> the valid lower bound the store keeps beside its value (keys that have
+    one), over the given store files or `entries` as `best_known_values`."""
+    entries = _store_entries(stores) if entries is None else entries
+    return {key: entry.bound for key, entry in entries.items()
+            if entry.bound is not None and entry.value >= 0}
 
 
 def lower_bounds(records: list[dict]) -> dict:
@@ -460,12 +523,25 @@ def pool_memory_limits(records: Iterable[dict], best_known: dict) -> tuple[list[
     return pooled, keys
 
 
+def _pool_bounds(known_bounds: dict) -> dict:
+    """Store bounds with their memory limit dropped, as `pool_memory_limits` drops it: the
+    least of a key's bounds under its limits (each holds for its own limit's problem; the
+    least is no more than any of them)."""
+    keys: dict = {}
+    for (fingerprint, devices, _limit, objective), bound in known_bounds.items():
+        key = (fingerprint, devices, None, objective)
+        keys[key] = min(keys.get(key, math.inf), bound)
+    return keys
+
+
 def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
                  chart: bool = True, keep=None, best_known=None, bounds: bool = True,
                  pool_limits: bool = False) -> dict:
     """Reads every record under `results` (those `keep(record)` accepts, if given); writes
     table.md, table.csv and a bar chart per setting into `out` (default: `results`).
-    `best_known`: store files (default: the shipped stores under data/bestknown/).
+    `best_known`: store files (default: the shipped stores under data/bestknown/), for the
+    best values and the lower bounds they keep. `bounds`: also compute lower bounds from the
+    records' graph files (`lower_bounds`; the larger of the two counts).
     `pool_limits`: one setting for runs whose graphs each have their own memory limit
     (`pool_memory_limits`, as in `summarize`).
     Returns {"markdown": text, "rows": [...], "files": [...], "skipped": [sentence per
@@ -483,8 +559,10 @@ def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
         why = "" if not (skipped or earlier) else \
             f" ({(skipped_lines(skipped) + earlier)[0]})"
         raise ValueError(f"results: no records (*.jsonl) under {results}{why}")
-    rows = summarize(records, baseline, best_known=best_known_values(best_known),
-                     bounds=lower_bounds(records) if bounds else None, pool_limits=pool_limits)
+    entries = _store_entries(best_known)
+    rows = summarize(records, baseline, best_known=best_known_values(entries=entries),
+                     bounds=lower_bounds(records) if bounds else None, pool_limits=pool_limits,
+                     known_bounds=best_known_bounds(entries=entries))
     out = Path(results if out is None else out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: {out} is a file, expected a folder")

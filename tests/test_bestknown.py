@@ -361,3 +361,219 @@ def test_cli_best_known_beaten_by(tmp_path):
     bad = subprocess.run(cli + ["--beaten-by", str(tmp_path / "none.jsonl")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "none.jsonl" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# ---------------------------------------------------------------------------
+# issue 39 item 4: the lower bound beside the value
+
+
+def _line(fingerprint, devices, value, objective="peak_memory", memory_limit=None, **more):
+    """A solution line as a store holds it (one op on device 0); `more`: bound fields."""
+    return {"format": "regal-bestknown/1", "kind": "solution", "fingerprint": fingerprint,
+            "graph": f"g-{fingerprint}", "ops": 1, "devices": devices,
+            "memory_limit": memory_limit, "objective": objective, "value": float(value),
+            "peak": [int(value)] + [0] * (devices - 1), "makespan": 1.0, "feasible": True,
+            "placement": [0], "priority": [0], "transfer_priority": [0], "found_by": "hand",
+            "evaluations": 1, "seconds": 0.0, "version": "0.2.0", **more}
+
+
+def _write_lines(path, lines):
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_old_lines_without_a_bound_still_read(tmp_path):
+    """Lines written before bounds were stored (no bound fields) read with bound None; a
+    bound line or a later line's bound gives the key its largest bound; a malformed bound
+    leaves the line's value standing."""
+    path = tmp_path / "old.jsonl"
+    _write_lines(path, [_line("a", 2, 100), _line("b", 2, 50),
+                        _line("c", 2, 70, bound="many", bound_source="x")])
+    best, _ = load_store(path)
+    key_a, key_b = entry_key("a", 2, None, "peak_memory"), entry_key("b", 2, None, "peak_memory")
+    assert best[key_a].value == 100 and best[key_a].bound is None
+    assert best[key_a].bound_source is None and best[key_a].gap() is None
+    assert best[entry_key("c", 2, None, "peak_memory")].bound is None
+    with open(path, "a") as f:   # a worse line with a bound, then a bound line
+        f.write(json.dumps(_line("a", 2, 120, bound=60.0, bound_source="op_start")) + "\n")
+        f.write(json.dumps({"kind": "bound", "fingerprint": "b", "devices": 2,
+                            "memory_limit": None, "objective": "peak_memory", "bound": 40,
+                            "bound_source": "end_state"}) + "\n")
+    best, _ = load_store(path)
+    assert (best[key_a].value, best[key_a].bound, best[key_a].bound_source) == \
+        (100, 60.0, "op_start")
+    assert best[key_a].gap() == pytest.approx(40 / 60)
+    assert (best[key_b].value, best[key_b].bound, best[key_b].bound_source) == \
+        (50, 40.0, "end_state")
+
+
+def test_bounds_merge_monotonically(tmp_path):
+    """The value kept is the least, the bound the largest (both valid); a bound line only
+    when it raises the bound; a bound above the value is refused; read_stores merges the
+    same way over files; compact folds the bound into the solution line."""
+    from regal.bestknown import read_stores
+
+    path = tmp_path / "store.jsonl"
+    key = entry_key("a", 2, None, "peak_memory")
+    _write_lines(path, [_line("a", 2, 100, bound=60.0, bound_source="op_start")])
+    store = Store(path)
+
+    def entry(value, bound=None, source=None):
+        from regal.bestknown_store import _entry_from_record
+        return _entry_from_record(_line("a", 2, value, bound=bound, bound_source=source))
+
+    assert store.offer(entry(90, 50.0, "end_state"))          # better value, lower bound
+    assert (store.get(key).value, store.get(key).bound) == (90, 60.0)
+    assert store.get(key).bound_source == "op_start"
+    assert not store.offer(entry(95, 70.0, "start_cut"))      # worse value, higher bound
+    assert (store.get(key).value, store.get(key).bound) == (90, 70.0)
+    lines = len(path.read_text().splitlines())
+    assert not store.offer_bound(key, 65.0, "working_set")   # lower: no line
+    assert not store.offer_bound(key, 70.0, "working_set")   # equal: no line
+    assert len(path.read_text().splitlines()) == lines
+    with pytest.raises(ValueError, match="above the value"):
+        store.offer_bound(key, 91.0, "wrong")
+    with pytest.raises(ValueError, match="above the value"):
+        store.offer(entry(80, 85.0, "wrong"))
+    assert not store.offer_bound(entry_key("none", 2, None, "peak_memory"), 1.0)  # no entry
+    store.close()
+    best, _ = load_store(path)
+    assert (best[key].value, best[key].bound, best[key].bound_source) == (90, 70.0, "start_cut")
+
+    other = tmp_path / "other.jsonl"
+    _write_lines(other, [_line("a", 2, 85, bound=55.0, bound_source="end_state")])
+    merged = read_stores([path, other])[key]
+    assert (merged.value, merged.bound, merged.bound_source) == (85, 70.0, "start_cut")
+    merged = read_stores([other, path])[key]
+    assert (merged.value, merged.bound) == (85, 70.0)
+
+    Store(path).compact()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line.get("kind") for line in lines] == ["solution"]
+    assert (lines[0]["value"], lines[0]["bound"], lines[0]["bound_source"]) == \
+        (90, 70.0, "start_cut")
+
+
+def _tiny_graphs(seed: int, count: int):
+    """Brute-forceable graphs (4-5 ops: aliases, control edges, a colocation group, a pin)
+    and a device count each (1-3)."""
+    from test_exact import _graph
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        d = (1, 2, 3)[i % 3]
+        yield _graph(rng, int(rng.integers(4, 6)), d, constrained=i % 2 == 1), d
+
+
+def test_built_bounds_never_exceed_the_value_nor_the_exhaustive_optimum(tmp_path):
+    """A build stores a bound beside each entry; it is <= the stored value and <= the
+    exhaustive optimum (every placement x device order x transfer order)."""
+    from regal.bestknown import store_bound
+    from test_exact import exhaustive_optimum
+
+    cases = list(_tiny_graphs(7, 6))
+    for i, (graph, d) in enumerate(cases):
+        folder = tmp_path / f"d{d}"
+        folder.mkdir(exist_ok=True)
+        save_graph(graph, folder / f"g{i}.npz")
+    store = tmp_path / "bk.jsonl"
+    for d in (1, 2, 3):
+        build_store([tmp_path / f"d{d}"], store, devices=[d], time_per_graph=1.0, workers=1,
+                    progress=False)
+    best, _ = load_store(store)
+    assert len(best) == len(cases)
+    proven = 0
+    for graph, d in cases:
+        entry = best[entry_key(graph.fingerprint(), d, None, "peak_memory")]
+        optimum = exhaustive_optimum(graph, DeviceSpec(d))
+        assert entry.bound is not None and entry.bound_source
+        assert entry.bound <= optimum <= entry.value, (d, entry.bound, optimum, entry.value)
+        assert entry.bound == store_bound(graph, d).value
+        proven += entry.bound == entry.value
+    assert proven >= 1
+
+
+def test_a_cpsat_bound_from_the_portfolio_is_kept(tmp_path, monkeypatch):
+    """A proven bound the portfolio returns (CP-SAT's, under `bounds`) joins regal.bounds'
+    (the larger is stored, named by its argument); a makespan build stores none."""
+    from regal import bestknown
+    from test_exact import exhaustive_optimum
+
+    from test_exact import _graph
+    graph, d = _graph(np.random.default_rng(2), 4, 2, constrained=False), 2
+    save_graph(graph, tmp_path / "g.npz")
+    optimum = exhaustive_optimum(graph, DeviceSpec(d))
+    assert bestknown.store_bound(graph, d).value < optimum   # the case this test needs
+    improve = bestknown.improve
+
+    def with_cpsat(problem, *args, **kwargs):
+        found = improve(problem, *args, **kwargs)
+        return dict(found, bounds={"cpsat": float(optimum)})   # valid: it is the optimum
+
+    monkeypatch.setattr(bestknown, "improve", with_cpsat)
+    store = tmp_path / "bk.jsonl"
+    build_store([tmp_path], store, devices=[d], time_per_graph=1.0, workers=1,
+                progress=False)
+    entry = load_store(store)[0][entry_key(graph.fingerprint(), d, None, "peak_memory")]
+    assert (entry.bound, entry.bound_source) == (optimum, "cpsat")
+    makespan = tmp_path / "mk.jsonl"
+    build_store([tmp_path], makespan, devices=[d], objective="makespan", time_per_graph=1.0,
+                workers=1, progress=False)
+    (entry,) = load_store(makespan)[0].values()
+    assert entry.bound is None and '"kind": "bound"' not in makespan.read_text()
+
+
+def test_add_bounds_to_a_store_built_without_them(tmp_path):
+    """The backfill: bounds added to the peak-memory entries whose graph is given (files or
+    graphs regenerated in memory, matched by fingerprint), the others counted; a rerun adds
+    nothing; the CLI prints each certified gap."""
+    from regal.bestknown import add_bounds, store_bound
+
+    g1, p1 = _graph_file(tmp_path, 81, 12, name="one")
+    g2, _ = _graph_file(tmp_path, 82, 12, name="two")
+    store = tmp_path / "old.jsonl"
+    build_store([p1], store, devices=[2, 3], time_per_graph=1.0, workers=1, progress=False)
+    build_store([p1], store, devices=[2], objective="makespan", time_per_graph=1.0,
+                workers=1, progress=False)
+    best, _ = load_store(store)
+    # as a store written before bounds: every bound field dropped
+    lines = [json.loads(line) for line in store.read_text().splitlines()
+             if '"kind": "bound"' not in line]
+    _write_lines(store, [{k: v for k, v in line.items() if not k.startswith("bound")}
+                         for line in lines])
+    with open(store, "a") as f:   # and an entry whose graph is not at hand
+        f.write(json.dumps(_line("elsewhere", 2, 10)) + "\n")
+    assert all(e.bound is None for e in load_store(store)[0].values())
+    summary = add_bounds(store, [g1, g2], time_limit=1.0)
+    assert (summary.keys, summary.bounded, summary.no_graph, summary.not_peak) == (4, 2, 1, 1)
+    after, _ = load_store(store)
+    for d in (2, 3):
+        entry = after[entry_key(g1.fingerprint(), d, None, "peak_memory")]
+        assert entry.bound == store_bound(g1, d, time_limit=1.0).value <= entry.value
+        assert entry.value == best[entry.key()].value
+    assert after[entry_key(g1.fingerprint(), 2, None, "makespan")].bound is None
+    again = add_bounds(store, [tmp_path], compact=True)
+    assert (again.bounded, again.had_bound, again.no_graph) == (0, 2, 1)
+    assert '"kind": "bound"' not in store.read_text()
+    assert load_store(store)[0] == after
+    run = subprocess.run([sys.executable, "-m", "regal.cli", "best-known", str(tmp_path),
+                          "--devices", "2", "--bounds-only", "--out", str(store)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "0 bounded now" in run.stdout and "2 had a bound" not in run.stdout
+    assert "1 had a bound" in run.stdout   # --devices 2: the 3-device entry is left out
+
+
+def test_shipped_stores_keep_a_valid_bound_beside_each_peak_value():
+    """The committed stores (bounds added by `add_bounds`): every peak-memory entry has a
+    bound no higher than its value, named by its argument; makespan entries have none
+    (regal.bounds bounds peak memory only)."""
+    from pathlib import Path
+    stores = sorted((Path(__file__).resolve().parent.parent / "data" / "bestknown")
+                    .glob("*.jsonl"))
+    assert stores
+    for path in stores:
+        for entry in load_store(path)[0].values():
+            if entry.objective == "peak_memory":
+                assert entry.bound is not None and entry.bound_source, (path.name, entry.graph)
+                assert 0 <= entry.bound <= entry.value, (path.name, entry.graph)
+            else:
+                assert entry.bound is None

@@ -310,3 +310,83 @@ def test_markdown_table_aligns_a_name_then_figures_and_checks_its_columns():
     assert markdown_table(["x", "y", "z"], [], "lrl")[1] == "| --- | ---: | --- |"
     with pytest.raises(ValueError, match="3 columns"):
         markdown_table(["x", "y", "z"], [], "lr")
+
+
+# ---------------------------------------------------------------------------
+# issue 39 item 4: the certified gap in the tables
+
+
+def _store_line(graph, value, bound):
+    """A best-known store solution line for rec()'s fingerprint of `graph`, 2 devices."""
+    line = {"kind": "solution", "fingerprint": f"fp-{graph}", "graph": graph, "ops": 1,
+            "devices": 2, "memory_limit": None, "objective": "peak_memory",
+            "value": float(value), "placement": [0], "priority": [0], "transfer_priority": [0]}
+    return line if bound is None else dict(line, bound=float(bound), bound_source="op_start")
+
+
+def test_certified_gap_columns_equal_a_hand_computation(tmp_path, capsys):
+    """On a hand-made records file and store: the median over graphs of (seed mean - bound)
+    / bound per method, and of (best - bound) / bound, from the bounds the store keeps; a
+    graph without a bound is left out."""
+    records = [rec("A", "g1", "brkga", 5000, 0, 100.0), rec("A", "g1", "m1", 5000, 0, 88.0),
+               rec("A", "g1", "m1", 5000, 1, 92.0),
+               rec("A", "g2", "brkga", 5000, 0, 200.0), rec("A", "g2", "m1", 5000, 0, 210.0),
+               rec("A", "g3", "brkga", 5000, 0, 40.0), rec("A", "g3", "m1", 5000, 0, 30.0),
+               rec("A", "g4", "brkga", 5000, 0, 55.0), rec("A", "g4", "m1", 5000, 0, 60.0)]
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    store = tmp_path / "store.jsonl"
+    store.write_text("".join(json.dumps(line) + "\n" for line in [
+        _store_line("g1", 80, 64), _store_line("g2", 190, 150), _store_line("g3", 35, None),
+        _store_line("g4", 50, 50)]))
+    assert main(["report", str(results), "--best-known", str(store), "--no-chart"]) == 0
+    capsys.readouterr()
+    # by hand: bounds g1 64, g2 150, g4 50 (g3 none); best g1 80, g2 190, g4 50
+    m1_gaps = sorted([(90 - 64) / 64, (210 - 150) / 150, (60 - 50) / 50])
+    brkga_gaps = sorted([(100 - 64) / 64, (200 - 150) / 150, (55 - 50) / 50])
+    best_gaps = sorted([(80 - 64) / 64, (190 - 150) / 150, 0.0])
+    want = {"m1": (m1_gaps[1], sum(m1_gaps) / 3, best_gaps[1]),
+            "brkga": (brkga_gaps[1], sum(brkga_gaps) / 3, best_gaps[1])}
+    lines = (results / "table.md").read_text().splitlines()
+    (header,) = [line for line in lines if line.startswith("| method |")]
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    median_at = columns.index("median % gap to lower bound")
+    best_at = columns.index("certified gap of best %")
+    mean_at = columns.index("% gap to lower bound")
+    for method, (median, mean, best) in want.items():
+        (line,) = [line for line in lines if line.startswith(f"| {method} |")]
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[median_at] == f"{100 * median:.2f}", (method, line)
+        assert cells[mean_at] == f"{100 * mean:.2f}", (method, line)
+        assert cells[best_at] == f"{100 * best:.2f}", (method, line)
+    table = {t["method"]: t for t in csv.DictReader(io.StringIO(
+        (results / "table.csv").read_text()))}
+    for method, (median, mean, best) in want.items():
+        assert float(table[method]["gap_bound_median_pct"]) == pytest.approx(100 * median)
+        assert float(table[method]["best_gap_bound_pct"]) == pytest.approx(100 * best)
+    text = (results / "table.md").read_text()
+    assert "certified gap of best = median over graphs" in text
+
+
+def test_the_larger_bound_counts_and_bounds_pool_with_limits():
+    """A graph's bound is the larger of the computed one and the store's; without either
+    there are no bound figures; pooled limits keep the least of a key's bounds."""
+    from regal.bestknown import entry_key
+
+    records = [rec("A", "g1", "m1", 5000, 0, 90.0), rec("A", "g2", "m1", 5000, 0, 120.0)]
+    known = {entry_key("fp-g1", 2, None, "peak_memory"): 60.0,
+             entry_key("fp-g2", 2, None, "peak_memory"): 100.0}
+    rows = report.summarize(records, bounds={(2, "fp-g1"): 75.0, (2, "fp-g2"): 80.0},
+                            known_bounds=known)
+    m1 = row(rows, "A", "m1")
+    assert m1["gap_bound_pct"] == pytest.approx(100 * (15 / 75 + 20 / 100) / 2)
+    assert m1["gap_bound_median_pct"] == pytest.approx(100 * (15 / 75 + 20 / 100) / 2)
+    assert m1["best_gap_bound_pct"] == pytest.approx(100 * (15 / 75 + 20 / 100) / 2)
+    bare = row(report.summarize(records), "A", "m1")
+    assert bare["gap_bound_median_pct"] is None and bare["best_gap_bound_pct"] is None
+    limited_records = [dict(r, memory_limit=1000) for r in records]
+    pooled = report.summarize(limited_records, pool_limits=True, known_bounds={
+        entry_key("fp-g1", 2, 1000, "peak_memory"): 60.0,
+        entry_key("fp-g1", 2, 2000, "peak_memory"): 70.0})
+    assert row(pooled, "A", "m1")["best_gap_bound_pct"] == pytest.approx(100 * 30 / 60)
