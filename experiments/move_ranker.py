@@ -28,9 +28,23 @@ model per regime) keeps.
             runs (`experiments/results/ceilings.jsonl`) are shown beside them.
     timing  the ranker's share of the wall time (time inside `rank_moves` / the run's) at
             budget 5,000 on the largest validation graph and on a ~2,000-op graph.
+    cost    the policy's time (the ranker, choosing untried moves, and drawing the extra
+            (draw - 1) x batch) as a share of the wall time, and the wall time of the learned
+            arm over the twin's, at budget 5,000, peak memory, 2 devices, on a ~2,000-op and a
+            ~10,000-op graph (`--cost-graphs`; make the 10,000-op one with
+            `python -c "from regal.synth.recipes import SplitRecipe, materialize;
+            materialize(SplitRecipe('large10k', 1, 10000, 10000, 20240613), DIR)"`),
+            the arms alternated `--cost-repeats` times, medians.
+    equal   the learned ranker (draw 4) against the twin at equal evaluations (`--budget`
+            each) and at equal wall time: the twin given the learned run's seconds, and both
+            given the twin's (`time_limit`, with 10 x the budget so that the seconds bind),
+            paired per graph and seed, peak memory, 2 and 4 devices; one JSON line per run
+            in `--equal-records` (resumable).
 
     .venv/bin/regal data synth --recipe train --count 60 --out runs/move_logs/train
     python experiments/move_ranker.py all --seeds 4   # ~27 min on one busy core (2 seeds: ~16)
+    python experiments/move_ranker.py cost            # ~5 min
+    python experiments/move_ranker.py equal --seeds 3 # ~15 min
 
 Defaults: one worker (`--workers`), logs at budget 3,000 (half the steps stored), both
 objectives, budgets 1,000 and 5,000, 2 seeds. Results: experiments/results/move_ranker.md.
@@ -66,6 +80,10 @@ LARGE = REPO / "runs/transfer_graphs/large_2_2000-2400/large_00000.npz"
 RECORDS = REPO / "experiments/results/move_ranker.jsonl"
 OUT = REPO / "experiments/results/move_ranker.md"
 CEILINGS = REPO / "experiments/results/ceilings.jsonl"
+EQUAL_RECORDS = REPO / "experiments/results/move_ranker_equal.jsonl"
+COST_RECORDS = REPO / "experiments/results/move_ranker_cost.jsonl"
+LARGE10K = REPO / "runs/transfer_graphs/large10k_1/large10k_00000.npz"
+EQUAL_SECTION = "## Compiled drawing and features: the policy's cost, and equal wall time"
 CLIP = 0.05          # relative improvements are clipped to +-5% for the least-squares targets
 TIE = 0.1            # weight of the tie-break's relative improvement in the targets
 
@@ -428,11 +446,14 @@ def fit_main(args) -> str:
 ARMS = ("twin", "learned", "placebo")
 
 
-def draw_order(climb, drawn: np.ndarray) -> np.ndarray:
+def draw_order(climb, drawn) -> np.ndarray:
     """The placebo ranker: keeps the drawing order, so the climb evaluates the first batch of
-    the `DRAW` x batch drawn; the plain climb, with other random draws (the noise floor of
-    a paired comparison with the twin)."""
+    the `DRAW` x batch drawn (each distinct move once, as with any ranker); the plain climb,
+    with other random draws (the noise floor of a paired comparison with the twin)."""
     return np.zeros(len(drawn))
+
+
+draw_order.rank_drawn = draw_order     # reads the drawn writes: no chromosome made to rank
 
 
 def eval_run(task: dict) -> dict:
@@ -632,9 +653,292 @@ def timing_main(args) -> str:
     return text
 
 
+# ---------------------------------------------------------------------------
+# cost: the policy's share of the wall time, and the wall time against the twin's
+
+
+class _Clock:
+    """Seconds spent in `Moves.draw` and `Climb._untried_first` while installed (a context)."""
+
+    def __enter__(self):
+        from regal.search.climb import Climb
+        from regal.search.moves import Moves
+
+        self.draw_s = self.untried_s = 0.0
+        self.saved = [(Moves, "draw", Moves.draw), (Climb, "_untried_first",
+                                                    Climb._untried_first)]
+        clock = self
+
+        def timed(fn, field):
+            def wrapper(*a, **k):
+                start = time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    setattr(clock, field, getattr(clock, field) + time.perf_counter() - start)
+            return wrapper
+        Moves.draw = timed(Moves.draw, "draw_s")
+        Climb._untried_first = timed(Climb._untried_first, "untried_s")
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, fn in self.saved:
+            setattr(owner, name, fn)
+
+
+def cost_run(path, arm: str, budget: int, seed: int, weights) -> dict:
+    """One timed run (peak memory, 2 devices): wall and CPU seconds, and for the learned arm
+    the policy's seconds: the ranker's, choosing untried moves, and (draw - 1) / draw of
+    the drawing (the neighbours drawn only to be ranked)."""
+    from regal.search.pipeline import solve_seeded_brkga
+
+    problem, _ = problem_of(path, 2, "peak_memory")
+    options, ranker = {}, None
+    if arm == "learned":
+        ranker = MoveRanker.load(weights)
+        options["climb_options"] = dict(rank_moves=ranker, draw=DRAW)
+    with _Clock() as clock:
+        cpu, start = time.process_time(), time.perf_counter()
+        found = solve_seeded_brkga(problem, budget, seed, **options)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    ranker_s = 0.0 if ranker is None else ranker.elapsed
+    extra_draw = clock.draw_s * (DRAW - 1) / DRAW if ranker is not None else 0.0
+    return dict(graph=f"{Path(path).parent.name}/{Path(path).name}",
+                ops=problem.graph.num_nodes, arm=arm, budget=budget, seed=seed,
+                wall_s=wall, cpu_s=cpu, value=float(found.value), draw_s=clock.draw_s,
+                ranker_s=ranker_s, untried_s=clock.untried_s,
+                policy_s=ranker_s + clock.untried_s + extra_draw)
+
+
+def cost_main(args) -> str:
+    """Both arms on each graph, alternated `--cost-repeats` times after one warm-up each
+    (numba's code loaded), one process; medians over the repeats."""
+    rows = []
+    run = time.strftime("%Y-%m-%dT%H:%M:%S")
+    graphs = [Path(p) for p in args.cost_graphs if Path(p).is_file()]
+    missing = [str(p) for p in args.cost_graphs if not Path(p).is_file()]
+    if missing:
+        print(f"cost: skipping missing graphs {missing}", flush=True)
+    for path in graphs:
+        for arm in ("twin", "learned"):
+            cost_run(path, arm, 300, 0, args.weights)           # warm-up
+        for repeat in range(args.cost_repeats):
+            for arm in ("twin", "learned"):
+                row = cost_run(path, arm, args.budget, 0, args.weights)
+                row.update(repeat=repeat, run=run)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    if rows:
+        writer = JsonLinesWriter(args.cost_records, f"{args.cost_records} is being written")
+        try:
+            for row in rows:
+                writer.write(row)
+        finally:
+            writer.close()
+    return cost_table(rows)
+
+
+def cost_table(rows: list[dict]) -> str:
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["graph"], r["ops"]), {}).setdefault(r["arm"], []).append(r)
+    cells = []
+    for (graph, ops), arms in sorted(by.items(), key=lambda item: item[0][1]):
+        twin, learned = arms.get("twin", []), arms.get("learned", [])
+        if not twin or not learned:
+            continue
+        med = statistics.median
+        share = [r["policy_s"] / r["wall_s"] for r in learned]
+        cells.append([graph, ops, len(learned), f"{med(r['wall_s'] for r in twin):.2f}",
+                      f"{med(r['wall_s'] for r in learned):.2f}",
+                      f"{med(r['ranker_s'] for r in learned):.3f}",
+                      f"{med(r['untried_s'] for r in learned):.3f}",
+                      f"{med(r['draw_s'] for r in learned):.3f}",
+                      f"{100 * med(share):.1f}%",
+                      f"{med(a['wall_s'] / b['wall_s'] for a, b in zip(learned, twin)):.2f}x",
+                      f"{med(a['cpu_s'] / b['cpu_s'] for a, b in zip(learned, twin)):.2f}x",
+                      f"{twin[0]['value']:.0f}", f"{learned[0]['value']:.0f}"])
+    return "\n".join(markdown_table(
+        ["graph", "ops", "repeats", "twin wall s", "learned wall s", "ranker s",
+         "untried s", "drawing s (all)", "policy share of wall", "wall learned / twin",
+         "CPU learned / twin", "twin value", "learned value"], cells,
+        "lrrrrrrrrrrrr")) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# equal: the learned ranker against the twin at equal evaluations and at equal wall time
+
+
+EQUAL_ARMS = ("twin", "learned", "twin@learned_s", "twin@twin_s", "learned@twin_s")
+
+
+def equal_run(task: dict) -> dict:
+    """One run: `twin` / `learned` at `budget` evaluations; `X@Y_s` arm X with arm Y's wall
+    seconds at `budget` evaluations (`seconds`: same graph, device count and seed) and 10 x the
+    budget, so that the seconds bind: `twin@learned_s` the twin given the learned run's time;
+    `twin@twin_s` and `learned@twin_s` both given the twin's (a time limit changes how the
+    pipeline splits its work, so only two timed runs compare like with like)."""
+    from regal.search.pipeline import solve_seeded_brkga
+
+    problem, _ = problem_of(task["path"], task["devices"], "peak_memory")
+    options, ranker = {}, None
+    if task["arm"].startswith("learned"):
+        ranker = MoveRanker.load(task["weights"])
+        options["climb_options"] = dict(rank_moves=ranker, draw=DRAW)
+    budget = task["budget"]
+    if "@" in task["arm"]:
+        options["time_limit"] = task["seconds"]
+        budget = 10 * budget
+    cpu, start = time.process_time(), time.perf_counter()
+    found = solve_seeded_brkga(problem, budget, task["seed"], **options)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return dict(task, value=float(found.value), evaluations=int(found.evaluations),
+                wall_s=wall, cpu_s=cpu, ranker_s=0.0 if ranker is None else ranker.elapsed,
+                ops=problem.graph.num_nodes)
+
+
+def _equal_key(row: dict) -> tuple:
+    return (Path(row["path"]).parent.name, Path(row["path"]).name, row["devices"],
+            row["budget"], row["seed"], row["arm"], row.get("weights_id", ""))
+
+
+def equal_main(args) -> str:
+    writer = JsonLinesWriter(args.equal_records, f"{args.equal_records} is being written")
+    done = {_equal_key(row): row for row in read_json_lines(args.equal_records)}
+    current = weights_id(args.weights)
+    paths = sorted(args.valid.glob("*.npz"))[:args.valid_count] + \
+        [Path(p) for p in args.equal_large if Path(p).is_file()]
+
+    def task(path, devices, seed, arm, seconds=None):
+        return dict(path=str(path), devices=devices, budget=args.budget, seed=seed, arm=arm,
+                    weights=str(args.weights), weights_id=current, seconds=seconds)
+
+    def finish(row):
+        writer.write(row)
+        done[_equal_key(row)] = row
+    if args.workers == 1 and paths:          # numba's code loaded before any timed run
+        for arm in ("twin", "learned"):
+            equal_run(dict(task(paths[0], 2, 0, arm), budget=300))
+    try:
+        # first the runs at equal evaluations, then the timed ones (they need those seconds)
+        for stage in (("twin", "learned"), ("twin@learned_s", "twin@twin_s", "learned@twin_s")):
+            tasks = []
+            for path in paths:
+                for devices in (2, 4):
+                    for seed in range(args.seeds):
+                        for arm in stage:
+                            seconds = None
+                            if "@" in arm:
+                                other = arm.split("@")[1][:-len("_s")]
+                                source = done.get(_equal_key(task(path, devices, seed, other)))
+                                if source is None:
+                                    continue
+                                seconds = source["wall_s"]
+                            t = task(path, devices, seed, arm, seconds)
+                            if _equal_key(t) not in done:
+                                tasks.append(t)
+            print(f"equal: {len(tasks)} runs to do ({', '.join(stage)})", flush=True)
+            _run_all(tasks, equal_run, args.workers, finish, "equal runs")
+    finally:
+        writer.close()
+    rows = [r for r in done.values() if r.get("weights_id") == current
+            and r["budget"] == args.budget]
+    return equal_table(rows)
+
+
+def equal_table(rows: list[dict]) -> str:
+    by: dict = {}
+    for r in rows:
+        group = "synth_valid_40[:16]" if Path(r["path"]).parent.name == VALID.name \
+            else Path(r["path"]).parent.name
+        by.setdefault((group, r["devices"]), {}).setdefault(Path(r["path"]).name, {}) \
+          .setdefault(r["seed"], {})[r["arm"]] = r
+    cells = []
+    comparisons = (("equal evaluations", "twin", "learned"),
+                   ("equal wall: twin given learned's seconds", "twin@learned_s", "learned"),
+                   ("equal wall: both given twin's seconds", "twin@twin_s", "learned@twin_s"))
+    for (group, devices), graphs in sorted(by.items()):
+        for label, base, arm in comparisons:
+            gains, seeds_used, ratio, evals = [], [], [], []
+            for name, seeds in sorted(graphs.items()):
+                both = [s for s, arms in seeds.items() if base in arms and arm in arms]
+                if not both:
+                    continue
+                b = statistics.fmean(seeds[s][base]["value"] for s in both)
+                a = statistics.fmean(seeds[s][arm]["value"] for s in both)
+                gains.append(points(b, a))
+                seeds_used.append(len(both))
+                ratio.extend(seeds[s][arm]["wall_s"] / seeds[s][base]["wall_s"] for s in both)
+                evals.extend(seeds[s][x]["evaluations"] for s in both for x in (base, arm)
+                             if "@" in x)
+            if not gains:
+                continue
+            spread = f" ± {_se(gains):.2f}" if len(gains) > 1 else ""
+            cells.append([group, devices, label, len(gains), min(seeds_used),
+                          f"{statistics.fmean(gains):+.2f}{spread}",
+                          f"{statistics.median(gains):+.2f}", f"{min(gains):+.2f}",
+                          f"{max(gains):+.2f}", sum(g > 0 for g in gains),
+                          sum(g < 0 for g in gains), f"{statistics.median(ratio):.2f}x",
+                          f"{statistics.median(evals):.0f}" if evals else "-"])
+    return "\n".join(markdown_table(
+        ["graphs", "devices", "comparison", "graphs", "seeds", "mean pts ± se", "median",
+         "min", "max", "graphs ahead", "graphs behind", "wall arm / base (median)",
+         "evaluations of the timed arm (median)"], cells, "lrlrrrrrrrrrr")) + "\n"
+
+
+def equal_section(args) -> str:
+    """The section `cost` and `equal` write into `--out`, from their records (the latest
+    `cost` run; every `equal` run of the current weights and budget)."""
+    cost_rows = read_json_lines(args.cost_records)
+    if cost_rows:
+        latest = max(r.get("run", "") for r in cost_rows)
+        cost_rows = [r for r in cost_rows if r.get("run", "") == latest]
+    current = weights_id(args.weights)
+    equal_rows = [r for r in read_json_lines(args.equal_records)
+                  if r.get("weights_id") == current and r["budget"] == args.budget]
+    return ("Made by `python experiments/move_ranker.py cost` and `... equal` (commands in "
+            "the notes below; one process, numba on one thread, on a machine shared with other "
+            "jobs: wall times are noisy). The climbs draw their neighbours compiled, as writes "
+            "to the incumbent's keys (`regal.search.draw_kernel`; the same draws as before, so "
+            "the twin's answers are unchanged); the ranker reads the writes (features over the "
+            "changed ops only, compiled) and the climb evaluates each distinct move once per "
+            "incumbent (before, half of the learned arm's choices were its earlier choices "
+            "again).\n\n"
+            f"### Cost: budget {args.budget:,}, peak memory, 2 devices, seed 0\n\n"
+            "Policy = the ranker + choosing untried moves + (draw - 1) / draw of the drawing "
+            "(the neighbours drawn only to be ranked); medians over the alternated repeats, "
+            "after a warm-up run of each arm (numba's compiled code loaded).\n\n"
+            + cost_table(cost_rows) + "\n"
+            f"### Learned (draw {DRAW}) against the twin, budget {args.budget:,}, peak memory\n\n"
+            "Points = 100 x (base - arm) / base per graph from the means over seeds (positive: "
+            "the learned arm is better). Equal wall: a timed run gets the wall seconds that "
+            "the named arm took at the budget on the same graph, device count and seed "
+            "(`time_limit`, 10 x the budget so that the seconds bind); \"twin given learned's "
+            "seconds\" compares that timed twin with the learned run itself, \"both given "
+            "twin's seconds\" two timed runs (a time limit changes how the pipeline splits "
+            "its work: BRKGA by its share of the seconds, the race by its shares of them). "
+            "Wall arm / base: the runs' wall seconds; evaluations: what the timed runs spent "
+            "(median).\n\n" + equal_table(equal_rows))
+
+
+def _replace_section(path: Path, title: str, body: str) -> None:
+    """`path` with the section `title` (up to the next "## ") set to `body` (added at the end
+    when absent)."""
+    text = path.read_text() if path.is_file() else ""
+    block = f"{title}\n\n{body.rstrip()}\n"
+    if title in text:
+        start = text.index(title)
+        end = text.find("\n## ", start + len(title))
+        text = text[:start] + block + ("" if end < 0 else text[end:])
+    else:
+        text = text.rstrip() + "\n\n" + block
+    write_text(path, text)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=("log", "fit", "eval", "timing", "all"))
+    parser.add_argument("step", choices=("log", "fit", "eval", "timing", "cost", "equal",
+                                         "all"))
     parser.add_argument("--train", type=Path, default=TRAIN)
     parser.add_argument("--train-count", type=int, default=60)
     parser.add_argument("--logs", type=Path, default=LOGS)
@@ -657,6 +961,13 @@ def main(argv=None) -> int:
     parser.add_argument("--ceilings", type=Path, default=CEILINGS)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--budget", type=int, default=5000, help="cost and equal: evaluations")
+    parser.add_argument("--cost-graphs", nargs="+", type=Path, default=[LARGE, LARGE10K])
+    parser.add_argument("--cost-repeats", type=int, default=3)
+    parser.add_argument("--cost-records", type=Path, default=COST_RECORDS)
+    parser.add_argument("--equal-records", type=Path, default=EQUAL_RECORDS)
+    parser.add_argument("--equal-large", nargs="*", type=Path, default=[],
+                        help="equal: graphs beyond the validation ones (e.g. the ~2,000-op)")
     args = parser.parse_args(argv)
     if args.workers == 1:
         set_numba_threads(1)
@@ -669,10 +980,16 @@ def main(argv=None) -> int:
         sections.append("## Evaluation against the twin\n\n" + eval_main(args))
     if args.step in ("timing", "all"):
         sections.append("## The ranker's share of the wall time\n\n" + timing_main(args))
+    if args.step in ("cost", "equal"):
+        text = cost_main(args) if args.step == "cost" else equal_main(args)
+        print(text, flush=True)
+        _replace_section(args.out, EQUAL_SECTION, equal_section(args))
     if args.step == "all":
         command = " ".join(["python experiments/move_ranker.py", *(argv or sys.argv[1:])])
         write_text(args.out, "# A learned move ranker for the climbs\n\nMade by "
                    f"`{command}` (numba on one thread).\n\n" + "\n".join(sections))
+        if args.cost_records.is_file() or args.equal_records.is_file():
+            _replace_section(args.out, EQUAL_SECTION, equal_section(args))
     return 0
 
 

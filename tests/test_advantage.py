@@ -214,3 +214,71 @@ def test_the_shipped_weights_load_and_rank():
     drawn = climb.moves.neighbours(climb.current, 32, 0.85)
     scores = ranker(climb, drawn)
     assert scores.shape == (32,) and np.isfinite(scores).all()
+
+
+# ---------------------------------------------------------------------------
+# the compiled features equal the dense numpy ones they replaced (tests/advantage_reference.py)
+
+
+def _feature_cases():
+    from search_cases import drawing_cases
+
+    return [problem for problem in drawing_cases() if problem.devices.count > 1] + PROBLEMS
+
+
+FEATURE_CASES = _feature_cases()
+
+
+@pytest.mark.parametrize("which", range(len(FEATURE_CASES)))
+def test_the_compiled_features_equal_the_dense_reference(which):
+    """Along a ranked climb (groups and pins, limits, 2-4 devices): the features read from
+    the drawn writes equal those from the chromosomes exactly, and the dense numpy reference
+    to rounding (sums taken in another order)."""
+    from advantage_reference import _device_ranks, _window_memory
+    from advantage_reference import move_features as reference
+
+    problem = FEATURE_CASES[which]
+    climb = Climb(problem, 600, which, heuristics=(), rank_moves=_ranker(), draw=4)
+    compared = 0
+    for _ in range(4):
+        for count, share in ((50, 0.85), (40, 1.0), (7, 0.0)):
+            drawn = climb.moves.draw(climb.current, count, share)
+            fast = move_features(climb, drawn)
+            keys = drawn.keys()
+            np.testing.assert_array_equal(fast, move_features(climb, keys))
+            np.testing.assert_allclose(fast, reference(climb, keys), rtol=1e-9, atol=1e-12)
+            compared += int((fast != 0).any(axis=1).sum())
+        c = climb._advantage_context
+        np.testing.assert_array_equal(c.window, _window_memory(problem, c.place0, c.prio0,
+                                                               c.tr0) / c.P)
+        np.testing.assert_array_equal(c.rank0, _device_ranks(c.place0[None], c.prio0[None])[0])
+        climb.run(climb.used + 120)
+    assert compared > 0
+
+
+def test_the_most_of_a_memory_curve_over_each_run_is_the_reference_one():
+    """`_window_row` (binary searches, short ranges scanned, long ones by a sparse table)
+    against numpy's searchsorted and the reference sparse table, ties and long runs included."""
+    from advantage_reference import _range_max
+    from regal.search.advantage import _window_row
+
+    rng = np.random.default_rng(5)
+    for size in (1, 2, 7, 40, 300):
+        times = np.sort(rng.integers(0, size, size)).astype(np.float64)   # repeated instants
+        live = rng.integers(0, 1000, size).astype(np.float64)
+        start = rng.integers(-2, size + 2, 200).astype(np.float64)
+        end = start + rng.choice([0, 1, 3, 50, 400], 200)
+        out = np.full(200, -1.0)
+        _window_row(times, live, start, end, out)
+        after = np.searchsorted(times, start, side="right")
+        lo = np.maximum(after - 1, 0)
+        hi = np.maximum(np.searchsorted(times, end, side="left"), lo + 1)
+        np.testing.assert_array_equal(out, np.where(after > 0, _range_max(live, lo, hi), 0.0))
+
+
+def test_the_ranker_scores_writes_and_chromosomes_alike():
+    problem = FEATURE_CASES[2]
+    climb = Climb(problem, 200, 0, heuristics=()).run(100)
+    drawn = climb.moves.draw(climb.current, 64, 0.85)
+    ranker = _ranker()
+    np.testing.assert_array_equal(ranker.rank_drawn(climb, drawn), ranker(climb, drawn.keys()))

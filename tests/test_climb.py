@@ -22,6 +22,7 @@ from regal.optimizers import Problem, solve
 from regal.sim import DeviceSpec, evaluate
 
 from helpers import random_graph
+from search_cases import drawing_cases
 
 
 @pytest.fixture
@@ -304,8 +305,9 @@ def test_a_tiny_search_space_is_exhausted_not_paid_for_again():
 def test_a_move_ranker_chooses_which_drawn_neighbours_are_evaluated():
     """`rank_moves`: with `draw` k each step draws k times the batch and evaluates the
     best-ranked; a ranker that keeps the drawing order at k = 1 changes nothing, and one that
-    ranks by the simulator's value (the oracle of experiments/ceilings.py) sends exactly the
-    drawn neighbours of lowest value to evaluation."""
+    ranks by the simulator's value (the oracle of experiments/ceilings.py) sends the drawn
+    neighbours of lowest value to evaluation, each once and none that this incumbent sent
+    before (while enough such are drawn)."""
     problem = PROBLEMS[0]
     plain = local_search.Climb(problem, 600, 5, heuristics=()).run(600).solution()
     kept = local_search.Climb(problem, 600, 5, heuristics=(),
@@ -316,7 +318,7 @@ def test_a_move_ranker_chooses_which_drawn_neighbours_are_evaluated():
 
     def oracle(climb, drawn):
         values = evaluate(problem.graph, problem.devices, drawn, problem.objective)
-        seen.append((len(drawn), climb.batch, np.sort(values)))
+        seen.append((climb.current.tobytes(), drawn.copy(), values))
         return values
 
     climb = local_search.Climb(problem, 600, 5, heuristics=(), rank_moves=oracle, draw=4)
@@ -325,17 +327,97 @@ def test_a_move_ranker_chooses_which_drawn_neighbours_are_evaluated():
 
     def drawn_and_kept(count):
         out = real_drawn(count)
-        chosen.append(np.sort(evaluate(problem.graph, problem.devices, out, problem.objective)))
+        chosen.append(out)
         return out
 
     climb._drawn = drawn_and_kept
     found = climb.run(600).solution()
     assert found.evaluations <= 600 and seen
-    for (drawn, batch, values), kept_values in zip(seen, chosen):
-        assert drawn == 4 * len(kept_values)
-        np.testing.assert_array_equal(kept_values, values[:len(kept_values)])
+    tried: dict = {}
+    checked = 0
+    for (incumbent, drawn, values), kept in zip(seen, chosen):
+        assert len(drawn) == 4 * len(kept)
+        before = tried.setdefault(incumbent, set())
+        kept_rows = [row.tobytes() for row in kept]
+        fresh = {}
+        for row, value in zip(drawn, values):
+            if row.tobytes() not in before:
+                fresh.setdefault(row.tobytes(), value)
+        if len(fresh) >= len(kept):
+            checked += 1
+            assert len(set(kept_rows)) == len(kept) and set(kept_rows) <= set(fresh)
+            worst = max(fresh[row] for row in kept_rows)
+            assert all(value >= worst for row, value in fresh.items() if row not in kept_rows)
+        before.update(kept_rows)
+    assert checked > len(seen) // 2
     with pytest.raises(ValueError, match="draw > 1 needs rank_moves"):
         local_search.Climb(problem, 100, 0, heuristics=(), draw=2)
     with pytest.raises(ValueError, match=r"got shape \(3,\)"):
         local_search.Climb(problem, 100, 0, heuristics=(), draw=2,
                            rank_moves=lambda climb, drawn: np.zeros(3)).run(100)
+
+
+# ---------------------------------------------------------------------------
+# the compiled drawing (regal.search.draw_kernel) equals the Python moves it replaced
+
+
+DRAWING_CASES = drawing_cases()
+
+
+@pytest.mark.parametrize("which", range(len(DRAWING_CASES)))
+def test_the_compiled_drawing_equals_the_python_moves(which):
+    """Same incumbent, same generator state: the same neighbours, key for key, and the
+    generator left in the same state, for incumbents along a climb (with groups and pins,
+    limits, one to four devices, every share of peak-directed moves, and no peak facts)."""
+    from move_reference import ReferenceMoves
+    from regal.search.moves import Moves
+
+    problem = DRAWING_CASES[which]
+    climb = local_search.Climb(problem, 400, which, heuristics=())
+    for stage in range(4):
+        for seed, (count, share) in enumerate([(1, 0.85), (37, 0.85), (64, 1.0), (20, 0.0)]):
+            fast = Moves(problem, np.random.default_rng(seed))
+            slow = ReferenceMoves(problem, np.random.default_rng(seed))
+            for moves in (fast, slow):
+                moves.facts = None if stage == 3 and seed == 1 else climb.moves.facts
+                moves.placement = climb.moves.placement
+            for _ in range(3):
+                np.testing.assert_array_equal(fast.neighbours(climb.current, count, share),
+                                              slow.neighbours(climb.current, count, share))
+            assert fast.rng.random() == slow.rng.random()
+        climb.run(climb.used + 60)           # on to another incumbent
+
+
+@pytest.mark.parametrize("which", [0, 3, 5, 9])
+def test_a_climb_takes_the_same_steps_with_the_python_moves(which):
+    from move_reference import ReferenceMoves
+
+    problem = DRAWING_CASES[which]
+    answers = []
+    for reference in (False, True):
+        climb = local_search.Climb(problem, 500, 3, heuristics=())
+        if reference:
+            climb.moves.__class__ = ReferenceMoves
+        answers.append(climb.run(500).solution())
+    fast, slow = answers
+    assert fast.extra == slow.extra and fast.value == slow.value
+    np.testing.assert_array_equal(fast.placement, slow.placement)
+    np.testing.assert_array_equal(fast.priority, slow.priority)
+
+
+def test_drawn_writes_give_the_keys_and_hash_alike_exactly_when_equal():
+    from regal.search.draw_kernel import row_hashes
+
+    problem = DRAWING_CASES[4]
+    climb = local_search.Climb(problem, 200, 0, heuristics=()).run(100)
+    drawn = climb.moves.draw(climb.current, 300, 0.85)
+    keys = drawn.keys()
+    assert keys.shape == (300, len(climb.current))
+    np.testing.assert_array_equal(drawn.keys([5, 2, 5]), keys[[5, 2, 5]])
+    hashes = row_hashes(climb.moves.n, drawn.row_ptr, drawn.kind, drawn.op,
+                        drawn.value.view(np.int64))
+    rows = [row.tobytes() for row in keys]
+    for i in range(len(rows)):
+        for j in range(i):
+            assert (hashes[i] == hashes[j]) == (rows[i] == rows[j])
+    assert len(set(rows)) < len(rows)          # the case has repeats to tell apart

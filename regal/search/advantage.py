@@ -5,7 +5,7 @@ Local Advantage Functions for Generalizable Graph Optimizations").
 Why: a climb (`regal.search.climb.Climb`) may draw `draw` times its batch and evaluate only
 the best-ranked batch (`rank_moves`). An oracle that simulates every drawn neighbour for free
 bounds what that can give (`experiments/ceilings.py`); a ranker that reads the change itself,
-in numpy and without simulating, can only hope for part of it. `move_features` describes each
+compiled and without simulating, can only hope for part of it. `move_features` describes each
 candidate's diff from the incumbent relative to what sets the incumbent's peak (its
 `PeakFacts`): which bytes live at the peak on the critical device leave it, which bytes land
 on which device and how much room that device has, what a reorder does to a live tensor's
@@ -17,11 +17,16 @@ returns minus the predicted advantage (lower is better, as `rank_moves` wants).
 
 Features are scale free: bytes over the critical device's peak `P`, counts over `n`, jumps
 over the device's op count, compute over the mean device load. Colocation groups need no
-care: decoding the drawn keys gives each group's device, and the features read the diff.
+care: each neighbour's decoded devices (a group's is its leader's row, a pin overrides it)
+are compared with the incumbent's, and the features read the diff.
 The weights are fitted by `experiments/move_ranker.py` (`data/policy/move_ranker.npz`).
-Numpy only, deterministic; no neighbour is simulated (each new incumbent is traced once more,
-`regal.sim.trace`, for its devices' memory curves: a re-run of a solution already scored, as
-the climb's own `peak_facts`, which costs no evaluation).
+
+Cost: the features are the incumbent's plus what the changed ops touch (their live tensors,
+data edges, run-order ranks), compiled with numba (`_features`), from the writes the climb
+drew (`regal.search.moves.Drawn`: no neighbour is made into a chromosome to be ranked);
+per incumbent a `Context` of numpy arrays (its memory curves come from the trace
+`peak_facts` made). tests/advantage_reference.py keeps the dense numpy features they equal.
+Deterministic; no neighbour is simulated.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
+from numba import njit
 
 from regal.decode import decode, split
 from regal.graph import op_bytes
@@ -75,6 +82,38 @@ def regime_of(problem, facts) -> int:
     return 2 if limits is not None and bool((facts.peaks > limits).any()) else 1
 
 
+class _Static:
+    """What the features read of the graph and the devices alone (once per climb)."""
+
+    def __init__(self, climb) -> None:
+        graph, devices = climb.problem.graph, climb.problem.devices
+        n = graph.num_nodes
+        self.graph, self.devices = graph, devices
+        self.obytes = op_bytes(graph).astype(np.float64)
+        self.cost = graph.compute_cost.astype(np.float64)
+        self.mean_load = max(float(self.cost.sum()) / devices.count, 1e-9)
+        # own output bytes of each op (non-alias), for allocations moved before the peak
+        own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.float64)
+        self.out_bytes = np.zeros(n)
+        np.add.at(self.out_bytes, graph.tensor_producer, own)
+        # data edges: producer -> consumer with the tensor's transfer time
+        cptr = graph.consumer_ptr
+        edge_tensor = np.repeat(np.arange(graph.num_tensors), np.diff(cptr))
+        self.edge_src = graph.tensor_producer[edge_tensor].astype(np.int64)
+        self.edge_dst = graph.consumer.astype(np.int64)
+        self.edge_time = devices.transfer_time(graph.tensor_size[edge_tensor]) / self.mean_load
+        self.in_ptr, self.in_edges = _csr(self.edge_dst, n)        # edges into each op
+        self.out_ptr = np.asarray(cptr, np.int64)[np.asarray(graph.output_ptr, np.int64)]
+        pinned = getattr(graph, "pinned", None)
+        self.pinned = np.full(n, -1, np.int64) if pinned is None else np.asarray(pinned, np.int64)
+        self.grouped, self.colocation, self.member_ptr, self.members = climb.moves._static()[5:9]
+        # the compiled functions' marks, reused from call to call (`changes`, `_features`):
+        # zeroing fresh ones each call cost more than the work on a large graph
+        self.scratch = np.zeros((7, n), np.int64)
+        self.scratch_f = np.zeros((3, n))
+        self.mark = 0
+
+
 class Context:
     """Per-incumbent arrays the features of all its neighbours share (built once per
     incumbent and reused while it stays: a climb ranks several batches from one)."""
@@ -82,6 +121,9 @@ class Context:
     def __init__(self, climb) -> None:
         problem, facts = climb.problem, climb.moves.facts
         graph, devices = problem.graph, problem.devices
+        static = getattr(climb, "_advantage_static", None)
+        if static is None or static.graph is not graph or static.devices is not devices:
+            static = climb._advantage_static = _Static(climb)
         n, d = graph.num_nodes, devices.count
         self.n, self.d = n, d
         self.k = k = int(facts.device)
@@ -96,9 +138,8 @@ class Context:
         room = limits.astype(np.float64) if limits is not None else np.full(d, P)
         self.over_room = (peaks - room) / P                   # [d]
         self.headroom = np.maximum(room - peaks, P / 50.0) / P
-        self.obytes = op_bytes(graph).astype(np.float64) / P
-        self.cost = graph.compute_cost.astype(np.float64)
-        self.mean_load = max(float(self.cost.sum()) / d, 1e-9)
+        self.obytes = static.obytes / P
+        self.cost, self.mean_load = static.cost, static.mean_load
 
         # live tensors at the peak on k; their waiting consumers there
         tensors = np.asarray(facts.tensors, np.int64)
@@ -125,22 +166,23 @@ class Context:
         np.add.at(self.prod_bytes, producer, tbytes)
         self.ops_at_peak = np.asarray(facts.ops, np.int64)
         self.ops_bytes = np.asarray(facts.op_bytes, np.float64) / P
-        # own output bytes of each op (non-alias), for allocations moved before the peak
-        own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.float64)
-        self.out_bytes = np.zeros(n)
-        np.add.at(self.out_bytes, graph.tensor_producer, own)
-        self.out_bytes /= P
+        self.out_bytes = static.out_bytes / P
         self.after_peak = facts.start > facts.time            # [n] started after the peak
         # ops on k that started by the peak: the run-order rank the peak falls at
         self.peak_rank = int(np.sum((self.place0 == k) & ~self.after_peak))
         self.dev_count = np.bincount(self.place0, minlength=d).astype(np.int64)
-        self.rank0 = _device_ranks(self.place0[None, :], self.prio0[None, :])[0]
+        # each device's run order by the incumbent's keys (higher first, ties to the lower id)
+        # and each op's rank in it
+        order = np.lexsort((np.arange(n), -self.prio0, self.place0))
+        self.run_ptr = np.zeros(d + 1, np.int64)
+        np.cumsum(self.dev_count, out=self.run_ptr[1:])
+        self.run_order = order.astype(np.int64)
+        self.rank0 = np.empty(n, np.int64)
+        self.rank0[order] = np.arange(n) - self.run_ptr[self.place0[order]]
 
-        # data edges: producer -> consumer with the tensor's transfer time
-        edge_tensor = np.repeat(np.arange(graph.num_tensors), np.diff(cptr))
-        self.edge_src = graph.tensor_producer[edge_tensor].astype(np.int64)
-        self.edge_dst = graph.consumer.astype(np.int64)
-        self.edge_time = devices.transfer_time(graph.tensor_size[edge_tensor]) / self.mean_load
+        # the cut and the loads
+        self.edge_src, self.edge_dst, self.edge_time = \
+            static.edge_src, static.edge_dst, static.edge_time
         cross0 = self.place0[self.edge_src] != self.place0[self.edge_dst]
         self.cut0 = float(cross0.sum())
         self.cut_time0 = float(self.edge_time[cross0].sum())
@@ -150,173 +192,358 @@ class Context:
         self.max_load0, self.load_k0 = float(load0.max()), float(load0[k])
         # each device's live bytes while each op ran in the incumbent (its trace's curves):
         # where an op moved onto that device would add its bytes
-        self.window = _window_memory(problem, self.place0, self.prio0, self.tr0) / P  # [d, n]
+        traced = getattr(facts, "trace", None)
+        self.window = _window_memory(problem, self.place0, self.prio0, self.tr0,
+                                     traced) / P  # [d, n]
         self.room = room / P
-        self.key = (id(climb.moves.facts), climb.current.tobytes())
+        self.facts, self.current = facts, climb.current     # what this context is of
+
+        # what the compiled features (`_features`) read: from an op to what its move touches
+        self.load0 = load0
+        self.is_peak = np.zeros(n, np.bool_)
+        self.is_peak[self.ops_at_peak] = True
+        self.peak_bytes = np.zeros(n)
+        self.peak_bytes[self.ops_at_peak] = self.ops_bytes
+        self.prod_ptr, self.prod_live = _csr(producer, n)          # live tensors by producer
+        self.waitby_ptr, self.waitby_live = _csr(self.wait_op, n, self.wait_owner)
+        self.wait_ptr = np.zeros(len(tensors) + 1, np.int64)       # waiting consumers by tensor
+        np.cumsum(np.bincount(self.wait_owner, minlength=len(tensors)), out=self.wait_ptr[1:])
+        self.in_ptr, self.in_edges, self.out_ptr, self.pinned = \
+            static.in_ptr, static.in_edges, static.out_ptr, static.pinned
+        self.grouped, self.colocation, self.member_ptr, self.members = \
+            static.grouped, static.colocation, static.member_ptr, static.members
+        self.static = static
+        self.live_mark = np.zeros(len(tensors), np.int64)
 
 
-def _window_memory(problem, placement, priority, transfer) -> np.ndarray:
+def _csr(keys: np.ndarray, n: int, values: np.ndarray | None = None):
+    """(ptr [n + 1], items): the items (`values`, default the positions) of each key 0..n-1."""
+    keys = np.asarray(keys, np.int64)
+    order = np.argsort(keys, kind="stable")
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
+    items = order if values is None else np.asarray(values)[order]
+    return ptr, np.asarray(items, np.int64)
+
+
+def _window_memory(problem, placement, priority, transfer, traced=None) -> np.ndarray:
     """[d, n]: the most bytes live on each device while each op ran (from its start to its
-    end) in the incumbent, traced again (`regal.sim.trace`: a re-run of a solution already
-    scored, as the climb's own `peak_facts`, no evaluation)."""
+    end) in the incumbent: from its trace (`traced`, the one `peak_facts` made), else traced
+    again (`regal.sim.trace`: a re-run of a solution already scored, no evaluation)."""
     from regal.sim import trace
 
     graph, devices = problem.graph, problem.devices
-    tr = trace(graph, devices, placement, priority, transfer)
-    n = graph.num_nodes
-    out = np.zeros((devices.count, n))
+    tr = traced if traced is not None else trace(graph, devices, placement, priority, transfer)
+    out = np.zeros((devices.count, graph.num_nodes))
+    start = np.asarray(tr.op_start, np.float64)
+    end = np.asarray(tr.op_end, np.float64)
     for j, (times, live) in enumerate(tr.memory):
-        if not len(times):
+        if len(times):
+            _window_row(np.asarray(times, np.float64), np.asarray(live, np.float64), start, end,
+                        out[j])
+    return out
+
+
+@njit(cache=True)
+def _window_row(times, live, start, end, out):
+    """out[v] = the most of the step curve (`times`, `live`: its value from each point on)
+    over [start[v], end[v]]: the value at start[v] (the last point at or before it) and every
+    point inside; 0 when start[v] is before the first point."""
+    size = len(times)
+    table = np.zeros((0, 0))                  # a sparse table, built for the first long range
+    for v in range(len(start)):
+        a, b = 0, size                        # first point after start[v]
+        while a < b:
+            mid = (a + b) // 2
+            if times[mid] <= start[v]:
+                a = mid + 1
+            else:
+                b = mid
+        if a == 0:
+            out[v] = 0.0
             continue
-        # the curve's value at t: the last point at or before t; over [start, end]: the most
-        # of the value at start and every point inside
-        live = live.astype(np.float64)
-        lo = np.maximum(np.searchsorted(times, tr.op_start, side="right") - 1, 0)
-        hi = np.maximum(np.searchsorted(times, tr.op_end, side="left"), lo + 1)
-        running = _range_max(live, lo, hi)
-        out[j] = np.where(np.searchsorted(times, tr.op_start, side="right") > 0, running, 0.0)
-    return out
-
-
-def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """max(values[lo[i]:hi[i]]) for each i (hi > lo), by a sparse table."""
-    table = [values]
-    width = 1
-    while 2 * width <= len(values):
-        prev = table[-1]
-        table.append(np.maximum(prev[:-width], prev[width:]))
-        width *= 2
-    length = np.maximum(hi - lo, 1)
-    level = np.floor(np.log2(length)).astype(np.int64)
-    out = np.empty(len(lo))
-    for L in np.unique(level):
-        sel = level == L
-        row = table[L]
-        out[sel] = np.maximum(row[lo[sel]], row[hi[sel] - (1 << L)])
-    return out
-
-
-def _device_ranks(place: np.ndarray, prio: np.ndarray) -> np.ndarray:
-    """[m, n] each op's rank in its device's run order by priority (higher first, ties to the
-    lower id), for every row."""
-    m, n = place.shape
-    ids = np.broadcast_to(np.arange(n), (m, n))
-    order = np.lexsort((ids, -prio, place), axis=-1)
-    rows = np.arange(m)[:, None]
-    sorted_place = place[rows, order]
-    first = np.zeros((m, n), np.int64)
-    # index of the first op of each device's block in the sorted order
-    new_block = np.ones((m, n), bool)
-    new_block[:, 1:] = sorted_place[:, 1:] != sorted_place[:, :-1]
-    idx = np.where(new_block, np.arange(n), 0)
-    np.maximum.accumulate(idx, axis=1, out=first)
-    ranks = np.empty((m, n), np.int64)
-    ranks[rows, order] = np.arange(n) - first
-    return ranks
+        lo = a - 1
+        a, b = lo, size                       # first point at or after end[v]
+        while a < b:
+            mid = (a + b) // 2
+            if times[mid] < end[v]:
+                a = mid + 1
+            else:
+                b = mid
+        hi = max(a, lo + 1)
+        if hi - lo <= 32:
+            best = live[lo]
+            for p in range(lo + 1, hi):
+                best = max(best, live[p])
+            out[v] = best
+            continue
+        if table.shape[0] == 0:
+            levels = 1
+            while (1 << levels) <= size:
+                levels += 1
+            table = np.empty((levels, size))
+            table[0] = live
+            for L in range(1, levels):
+                half = 1 << (L - 1)
+                for p in range(size - (1 << L) + 1):
+                    table[L, p] = max(table[L - 1, p], table[L - 1, p + half])
+        L = 0
+        while (2 << L) <= hi - lo:
+            L += 1
+        out[v] = max(table[L, lo], table[L, hi - (1 << L)])
 
 
 def _context(climb) -> Context:
+    """The climb's context for its incumbent (`climb.current` with `climb.moves.facts`: a new
+    incumbent is a new array and gets new facts, `Climb._refresh`), built once."""
     cached = getattr(climb, "_advantage_context", None)
-    key = (id(climb.moves.facts), climb.current.tobytes())
-    if cached is None or cached.key != key:
+    if cached is None or cached.facts is not climb.moves.facts \
+            or cached.current is not climb.current:
         cached = Context(climb)
         climb._advantage_context = cached
     return cached
 
 
-def move_features(climb, drawn: np.ndarray) -> np.ndarray:
+def move_features(climb, drawn) -> np.ndarray:
     """[m, F] features (`FEATURES`) of each drawn neighbour's change from `climb`'s incumbent
-    (`climb.current`, its placement and `PeakFacts` in `climb.moves`)."""
+    (`climb.current`, its placement and `PeakFacts` in `climb.moves`). `drawn` is either
+    chromosomes [m, G] (decoded and compared with the incumbent) or the writes the climb drew
+    (`regal.search.moves.Drawn`, read directly: no neighbour is decoded whole). Either way
+    the work is in the ops a neighbour changes, compiled (`_features`);
+    tests/advantage_reference.py keeps the dense numpy computation it equals."""
+    from regal.search.moves import Drawn
+
     c = _context(climb)
+    s = c.static
+    if isinstance(drawn, Drawn):
+        from regal.search.draw_kernel import changes
+
+        ptr, ops, dev, prio, transfer, s.mark = changes(
+            c.n, drawn.row_ptr, drawn.kind, drawn.op, drawn.value, c.place0, c.prio0, c.tr0,
+            c.senders0, c.pinned, c.grouped, c.colocation, c.member_ptr, c.members,
+            s.scratch[:5], s.scratch_f[:2], s.mark)
+    else:
+        ptr, ops, dev, prio, transfer = _dense_changes(climb, c, drawn)
+    base, s.mark = s.mark, s.mark + len(ptr)
+    return _features(base, s.scratch[5], s.scratch[6], s.scratch_f[2], c.live_mark,
+                     ptr, ops, dev, prio, transfer, c.n, c.d, c.k, c.place0, c.prio0,
+                     c.obytes, c.over_room, c.headroom, c.room, c.window, c.cost,
+                     c.mean_load, c.load0, c.max_load0, c.load_k0, c.is_peak, c.peak_bytes,
+                     c.live_bytes, c.live_remote, c.live_producer, c.has_waiting, c.wait_ptr,
+                     c.wait_op, c.prod_ptr, c.prod_live, c.waitby_ptr, c.waitby_live,
+                     c.out_ptr, c.in_ptr, c.in_edges, c.edge_src, c.edge_dst, c.edge_time,
+                     c.run_ptr, c.run_order, c.rank0, c.dev_count, c.cons_bytes, c.prod_bytes,
+                     c.out_bytes, c.after_peak, c.peak_rank)
+
+
+def _dense_changes(climb, c: Context, drawn) -> tuple:
+    """What `changes` gives for writes, from chromosomes: the ops whose decoded device or
+    priority key differs from the incumbent's (row by row, ascending ids), their device and
+    key, and whether a sending op's transfer key changed."""
     graph, devices = climb.problem.graph, climb.problem.devices
     drawn = np.atleast_2d(np.asarray(drawn, np.float64))
-    m, n, d, k = len(drawn), c.n, c.d, c.k
-    out = np.zeros((m, F))
-    if not m:
-        return out
+    m = len(drawn)
     place = decode(drawn, graph, devices)[0].astype(np.int64)     # [m, n]
-    _, prio, tr = split(drawn, n, d)
-    moved = place != c.place0
-    col = {name: i for i, name in enumerate(FEATURES)}
+    _, prio, tr = split(drawn, c.n, c.d)
+    rows, ops = np.nonzero((place != c.place0) | (prio != c.prio0))
+    ptr = np.zeros(m + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=m), out=ptr[1:])
+    transfer = ((tr != c.tr0) & c.senders0).any(axis=1) if m else np.zeros(0, np.bool_)
+    return (ptr, ops.astype(np.int64), place[rows, ops], np.ascontiguousarray(prio[rows, ops]),
+            np.asarray(transfer, np.bool_))
 
-    # live tensors at the peak that leave k, or whose producer leaves it but not the readers
-    if len(c.live_bytes):
-        stays = (place[:, c.wait_op] == k).astype(np.float64)     # [m, waiting edges]
-        stay = np.zeros((m, len(c.live_bytes)))
-        if len(c.wait_op):
-            np.add.at(stay.T, c.wait_owner, stays.T)
-        stay = stay > 0
-        producer_off = place[:, c.live_producer] != k
-        local = ~c.live_remote
-        leave = np.where(local, producer_off & ~stay, c.has_waiting & ~stay)
-        partial = local & producer_off & stay
-        out[:, col["live_leave"]] = leave @ c.live_bytes
-        out[:, col["live_partial"]] = partial @ c.live_bytes
-    if len(c.ops_at_peak):
-        out[:, col["ops_leave"]] = (place[:, c.ops_at_peak] != k) @ c.ops_bytes
-    off_k = moved & (c.place0 == k)
-    out[:, col["bytes_off_k"]] = off_k @ c.obytes
-    out[:, col["bytes_onto_k"]] = (moved & (place == k)) @ c.obytes
-    overflow = np.zeros(m)
-    fill = np.zeros(m)
-    for j in range(d):
-        if j == k:
-            continue
-        onto = (moved & (place == j)) @ c.obytes
-        overflow = np.maximum(overflow, np.maximum(c.over_room[j] + onto, 0.0))
-        fill = np.maximum(fill, onto / c.headroom[j])
-    out[:, col["overflow"]] = overflow
-    out[:, col["fill"]] = np.minimum(fill, 10.0)
-    rise = np.full(m, -np.inf)
-    for j in range(d):
-        onto = moved & (place == j)
-        if j == k or not onto.any():
-            continue
-        base = np.where(onto, c.window[j], -np.inf).max(axis=1)
-        est = base + onto @ c.obytes - c.room[j]
-        rise = np.maximum(rise, est)
-    some = np.isfinite(rise)
-    out[:, col["overflow_t"]] = np.where(some, np.maximum(rise, 0.0), 0.0)
-    out[:, col["rise_t"]] = np.where(some, rise, 0.0)
-    any_moved = moved.any(axis=1)
-    out[:, col["moved_ops"]] = moved.sum(axis=1) / n
-    out[:, col["reorder"]] = ~any_moved
 
-    # reorders: ops whose priority changed and whose device did not
-    pchanged = (prio != c.prio0) & ~moved
-    rows, ops = np.nonzero(pchanged)
-    order_changed = np.zeros(m, bool)
-    if len(rows):
-        ranks = _device_ranks(place[np.unique(rows)], prio[np.unique(rows)])
-        where = np.searchsorted(np.unique(rows), rows)
-        new_rank = ranks[where, ops]
-        delta = c.rank0[ops] - new_rank                 # > 0: runs earlier than before
-        on_k = c.place0[ops] == k
-        size = np.maximum(c.dev_count[c.place0[ops]], 1)
-        jump = np.abs(delta) / size
-        earlier, later = delta > 0, delta < 0
-        good = earlier * c.cons_bytes[ops] + later * c.prod_bytes[ops]
-        bad = later * c.cons_bytes[ops] + earlier * c.prod_bytes[ops]
-        alloc = on_k & earlier & c.after_peak[ops] & (new_rank < c.peak_rank)
-        np.add.at(out[:, col["good_reorder"]], rows, good)
-        np.add.at(out[:, col["bad_reorder"]], rows, bad)
-        np.add.at(out[:, col["alloc_before_peak"]], rows, alloc * c.out_bytes[ops])
-        np.add.at(out[:, col["jump_k"]], rows, on_k * jump)
-        np.add.at(out[:, col["jump_other"]], rows, ~on_k * jump)
-        np.logical_or.at(order_changed, rows, delta != 0)
-    transfer_changed = ((tr != c.tr0) & c.senders0).any(axis=1)
-    out[:, col["transfer_keys"]] = transfer_changed
-    out[:, col["noop"]] = ~any_moved & ~order_changed & ~transfer_changed
+(_LIVE_LEAVE, _LIVE_PARTIAL, _OPS_LEAVE, _OFF_K, _ONTO_K, _OVERFLOW, _FILL, _OVERFLOW_T,
+ _RISE_T, _MOVED, _REORDER, _GOOD, _BAD, _ALLOC, _JUMP_K, _JUMP_OTHER, _NOOP, _TRANSFER,
+ _CUT_EDGES, _CUT_TIME, _MAX_LOAD, _LOAD_K) = range(F)
 
-    # the cut and the compute load
-    cross = place[:, c.edge_src] != place[:, c.edge_dst]
-    out[:, col["cut_edges"]] = (cross.sum(axis=1) - c.cut0) / n
-    out[:, col["cut_time"]] = cross @ c.edge_time - c.cut_time0
-    load = np.zeros((m, d))
-    for j in range(d):
-        load[:, j] = (place == j) @ c.cost
-    out[:, col["max_load"]] = (load.max(axis=1) - c.max_load0) / c.mean_load
-    out[:, col["load_k"]] = (load[:, k] - c.load_k0) / c.mean_load
+
+@njit(cache=True, inline="always")
+def _beats(key_u, u, key_v, v) -> bool:
+    """u runs before v on a device: higher priority key, ties to the lower id."""
+    return key_u > key_v or (key_u == key_v and u < v)
+
+
+@njit(cache=True)
+def _features(base, tag, new_dev, new_prio, live_tag, ptr, ops, dev, prio, transfer, n, d, k,
+              place0, prio0, obytes, over_room,
+              headroom, room, window, cost, mean_load, load0, max_load0, load_k0, is_peak,
+              peak_bytes, live_bytes, live_remote, live_producer, has_waiting, wait_ptr, wait_op,
+              prod_ptr, prod_live, waitby_ptr, waitby_live, out_ptr, in_ptr, in_edges, edge_src,
+              edge_dst, edge_time, run_ptr, run_order, rank0, dev_count, cons_bytes, prod_bytes,
+              out_bytes, after_peak, peak_rank):
+    """The features (`FEATURES`) of each neighbour from the ops it changes (row `r`: `ops`
+    [ptr[r]:ptr[r + 1]] ascending, with their new `dev` and `prio`; `transfer[r]`): every
+    feature is the incumbent's (zero, or its cut and loads) plus what the changed ops touch
+    (their live tensors, their data edges, their device's run order). `tag` [n] and
+    `live_tag` [live tensors] are marks reused from call to call (`base + r + 1` while row
+    r is read: `base` past every mark used before), `new_dev`, `new_prio` [n] scratch."""
+    m = len(ptr) - 1
+    out = np.zeros((m, F))
+    onto = np.zeros(d)
+    any_onto = np.zeros(d, np.bool_)
+    top = np.zeros(d)
+    load = np.zeros(d)
+    for r in range(m):
+        t = base + r + 1
+        lo, hi = ptr[r], ptr[r + 1]
+        for p in range(lo, hi):
+            v = ops[p]
+            tag[v] = t
+            new_dev[v] = dev[p]
+            new_prio[v] = prio[p]
+        onto[:] = 0.0
+        any_onto[:] = False
+        top[:] = -np.inf
+        load[:] = load0
+        moved = 0
+        live_leave = live_partial = ops_leave = off_k = onto_k = 0.0
+        cut = 0
+        cut_time = 0.0
+        for p in range(lo, hi):
+            v = ops[p]
+            j, j0 = dev[p], place0[v]
+            if j == j0:
+                continue
+            moved += 1
+            if j0 == k:
+                off_k += obytes[v]
+            if j == k:
+                onto_k += obytes[v]
+            onto[j] += obytes[v]
+            any_onto[j] = True
+            top[j] = max(top[j], window[j, v])
+            load[j0] -= cost[v]
+            load[j] += cost[v]
+            if is_peak[v]:
+                ops_leave += peak_bytes[v]
+            # live tensors at the peak whose producer or waiting consumer this is
+            for q in range(prod_ptr[v], prod_ptr[v + 1]):
+                i = prod_live[q]
+                if live_tag[i] != t:
+                    live_tag[i] = t
+                    stay = False
+                    for w in range(wait_ptr[i], wait_ptr[i + 1]):
+                        u = wait_op[w]
+                        if (new_dev[u] if tag[u] == t else place0[u]) == k:
+                            stay = True
+                            break
+                    u = live_producer[i]
+                    off = (new_dev[u] if tag[u] == t else place0[u]) != k
+                    if not live_remote[i]:
+                        if off and not stay:
+                            live_leave += live_bytes[i]
+                        elif off and stay:
+                            live_partial += live_bytes[i]
+                    elif has_waiting[i] and not stay:
+                        live_leave += live_bytes[i]
+            for q in range(waitby_ptr[v], waitby_ptr[v + 1]):
+                i = waitby_live[q]
+                if live_tag[i] != t:
+                    live_tag[i] = t
+                    stay = False
+                    for w in range(wait_ptr[i], wait_ptr[i + 1]):
+                        u = wait_op[w]
+                        if (new_dev[u] if tag[u] == t else place0[u]) == k:
+                            stay = True
+                            break
+                    u = live_producer[i]
+                    off = (new_dev[u] if tag[u] == t else place0[u]) != k
+                    if not live_remote[i]:
+                        if off and not stay:
+                            live_leave += live_bytes[i]
+                        elif off and stay:
+                            live_partial += live_bytes[i]
+                    elif has_waiting[i] and not stay:
+                        live_leave += live_bytes[i]
+            # data edges out of v, and into v from an op that did not move (counted there)
+            for e in range(out_ptr[v], out_ptr[v + 1]):
+                u = edge_dst[e]
+                ju = new_dev[u] if tag[u] == t else place0[u]
+                change = int(ju != j) - int(place0[u] != j0)
+                cut += change
+                cut_time += change * edge_time[e]
+            for q in range(in_ptr[v], in_ptr[v + 1]):
+                e = in_edges[q]
+                u = edge_src[e]
+                if tag[u] == t and new_dev[u] != place0[u]:
+                    continue
+                change = int(place0[u] != j) - int(place0[u] != j0)
+                cut += change
+                cut_time += change * edge_time[e]
+        row = out[r]
+        row[_LIVE_LEAVE] = live_leave
+        row[_LIVE_PARTIAL] = live_partial
+        row[_OPS_LEAVE] = ops_leave
+        row[_OFF_K] = off_k
+        row[_ONTO_K] = onto_k
+        overflow = fill = 0.0
+        rise = -np.inf
+        for j in range(d):
+            if j == k:
+                continue
+            overflow = max(overflow, max(over_room[j] + onto[j], 0.0))
+            fill = max(fill, onto[j] / headroom[j])
+            if any_onto[j]:
+                rise = max(rise, top[j] + onto[j] - room[j])
+        row[_OVERFLOW] = overflow
+        row[_FILL] = min(fill, 10.0)
+        if rise > -np.inf:
+            row[_OVERFLOW_T] = max(rise, 0.0)
+            row[_RISE_T] = rise
+        row[_MOVED] = moved / n
+        row[_REORDER] = 1.0 if moved == 0 else 0.0
+        # reorders: ops whose key changed on the device they stay on, by their new rank there
+        order_changed = False
+        for p in range(lo, hi):
+            v = ops[p]
+            D = place0[v]
+            if dev[p] != D:
+                continue
+            key = prio[p]
+            # the incumbent's ops on D ahead of (key, v): a prefix of its run order
+            a, b = run_ptr[D], run_ptr[D + 1]
+            while a < b:
+                mid = (a + b) // 2
+                u = run_order[mid]
+                if _beats(prio0[u], u, key, v):
+                    a = mid + 1
+                else:
+                    b = mid
+            rank = a - run_ptr[D]
+            if prio0[v] > key:
+                rank -= 1                              # v itself, at its old key
+            for q in range(lo, hi):                    # the other ops this row changes
+                u = ops[q]
+                if u == v:
+                    continue
+                if place0[u] == D and _beats(prio0[u], u, key, v):
+                    rank -= 1
+                if dev[q] == D and _beats(prio[q], u, key, v):
+                    rank += 1
+            delta = rank0[v] - rank                    # > 0: runs earlier than before
+            on_k = D == k
+            jump = abs(delta) / max(dev_count[D], 1)
+            if delta > 0:
+                row[_GOOD] += cons_bytes[v]
+                row[_BAD] += prod_bytes[v]
+                if on_k and after_peak[v] and rank < peak_rank:
+                    row[_ALLOC] += out_bytes[v]
+            elif delta < 0:
+                row[_GOOD] += prod_bytes[v]
+                row[_BAD] += cons_bytes[v]
+            if on_k:
+                row[_JUMP_K] += jump
+            else:
+                row[_JUMP_OTHER] += jump
+            if delta != 0:
+                order_changed = True
+        row[_TRANSFER] = 1.0 if transfer[r] else 0.0
+        row[_NOOP] = 1.0 if moved == 0 and not order_changed and not transfer[r] else 0.0
+        row[_CUT_EDGES] = cut / n
+        row[_CUT_TIME] = cut_time
+        row[_MAX_LOAD] = (load.max() - max_load0) / mean_load
+        row[_LOAD_K] = (load[k] - load_k0) / mean_load
     return out
 
 
@@ -341,15 +568,21 @@ class MoveRanker:
         z = (np.asarray(features, np.float64) - self.mean) / self.scale
         return z @ self.weights[regime] + self.bias[regime]
 
-    def __call__(self, climb, drawn: np.ndarray) -> np.ndarray:
+    def __call__(self, climb, drawn) -> np.ndarray:
+        """Scores (lower = better) of the drawn neighbours: chromosomes [m, G] or the
+        writes the climb drew (`regal.search.moves.Drawn`)."""
         import time
 
         started = time.perf_counter()
         x = move_features(climb, drawn)
-        scores = -self.advantage(x, _context(climb).regime)
+        scores = -self.advantage(x, climb._advantage_context.regime)
         self.elapsed += time.perf_counter() - started
         self.calls += 1
         return scores
+
+    # a climb hands its drawn neighbours over as writes (no chromosome made for the ones
+    # that are not evaluated)
+    rank_drawn = __call__
 
     def save(self, path) -> None:
         path = Path(path)

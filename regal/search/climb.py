@@ -43,9 +43,16 @@ tensors live on it at one instant, a few percent of the ops. So:
    best with a random kick (some ops moved, some priorities swapped).
 6. Optionally a move ranker (`rank_moves`) chooses which neighbours are evaluated: each step
    draws `draw` times the batch, the ranker scores them (lower is better) and the batch's
-   best-ranked ones are evaluated. Drawing costs no evaluation; the ranker's own work is its
-   business. This is the seam for learned move guidance, and for its oracle ceiling
+   best-ranked ones are evaluated; with `draw` > 1 each distinct move once, and moves this
+   incumbent already sent to evaluation only when too few new ones were drawn (a ranker
+   scores a move alike whenever it is drawn: without this, half of a learned ranker's
+   choices were its earlier ones again). Drawing costs no evaluation; the ranker's own work
+   is its business. This is the seam for learned move guidance, and for its oracle ceiling
    (`experiments/ceilings.py`: a ranker that simulates every drawn neighbour for free).
+
+Neighbours are drawn compiled (`regal.search.draw_kernel`, the same draws as the Python
+moves it replaced, kept in tests/move_reference.py) as a few writes to the incumbent's keys
+each; only those evaluated become chromosomes, and a ranker may read the writes.
 
 Colocation groups move as a whole and pinned groups never move; a heuristic start that
 breaks a group is projected with `regal.decode.respect_colocation`. No more than `budget`
@@ -178,19 +185,51 @@ class Climb:
         priority[:] = rerank(priority)
         transfer[:] = rerank(transfer)
         placement, prio, tprio = decode(keys, graph, devices)
+        self._tried: set[int] = set()     # hashes of the moves evaluated from this incumbent
         self.moves.placement = placement
         self.moves.facts = peak_facts(self.problem, placement, prio, tprio)
 
     def _drawn(self, count: int) -> np.ndarray:
         """The `count` neighbours of the incumbent to evaluate: as drawn without a move ranker,
-        else the best-ranked `count` of `draw * count` drawn (ties keep the drawing order)."""
-        drawn = self.moves.neighbours(self.current, count * self.draw, self.directed)
+        else the best-ranked `count` of `draw * count` drawn (ties keep the drawing order).
+        A ranker with a `rank_drawn(climb, drawn)` method reads the drawn neighbours as writes
+        to the incumbent's keys (`regal.search.moves.Drawn`), and only the chosen ones are
+        made into chromosomes; any other is called with the chromosomes of all of them."""
+        drawn = self.moves.draw(self.current, count * self.draw, self.directed)
         if self.rank_moves is None:
-            return drawn
-        ranks = np.asarray(self.rank_moves(self, drawn), dtype=np.float64)
+            return drawn.keys()
+        rank_drawn = getattr(self.rank_moves, "rank_drawn", None)
+        ranks = rank_drawn(self, drawn) if rank_drawn is not None \
+            else self.rank_moves(self, drawn.keys())
+        ranks = np.asarray(ranks, dtype=np.float64)
         if ranks.shape != (len(drawn),):
             raise ValueError(f"rank_moves: expected {len(drawn)} scores, got shape {ranks.shape}")
-        return drawn[np.argsort(ranks, kind="stable")[:count]]
+        order = np.argsort(ranks, kind="stable")
+        if self.draw > 1:
+            order = self._untried_first(drawn, order, count)
+        return drawn.keys(order[:count])
+
+    def _untried_first(self, drawn, order: np.ndarray, count: int) -> np.ndarray:
+        """`order` (best-ranked first) with the neighbours this incumbent has not sent to
+        evaluation yet, each once, ahead of the others (repeats, in rank order); the first
+        `count` are marked as tried. Why: a ranker scores a move alike every time it is
+        drawn, so without this it picks the same top moves again, step after step and
+        twice in one batch; they are looked up, not paid for, but half the neighbours a
+        learned ranker chose were such repeats (2,179-op graph), which took time and steps
+        and told the climb nothing new."""
+        from regal.search.draw_kernel import row_hashes
+
+        hashes = row_hashes(self.moves.n, drawn.row_ptr, drawn.kind, drawn.op,
+                            drawn.value.view(np.int64)).tolist()
+        fresh, again, seen, tried = [], [], set(), self._tried
+        for i in order.tolist():
+            if hashes[i] in seen or hashes[i] in tried:
+                again.append(i)
+            else:
+                seen.add(hashes[i])
+                fresh.append(i)
+        self._tried.update(hashes[i] for i in fresh[:count])
+        return np.asarray(fresh + again, np.int64)
 
     def run(self, budget: int, progress=None, should_stop=None) -> "Climb":
         """Climbs until this lineage has spent `budget` evaluations in all (its starts

@@ -35,7 +35,8 @@ class PeakFacts:
     `ops` [k] ops holding persistent or temporary bytes there then, `op_bytes` [k];
     `orders[k]` the ops of device k in execution order (`order` = `orders[device]`),
     `position` [n] each op's index in its device's execution order; `start`, `end` [n] op
-    times; `peaks` [d]; `weights` the running sum of the tensors' then the ops' bytes.
+    times; `peaks` [d]; `weights` the running sum of the tensors' then the ops' bytes;
+    `trace` the incumbent's `regal.sim.Trace` (its memory curves, for a move ranker).
     """
 
     def __init__(self, **fields) -> None:
@@ -108,7 +109,8 @@ def peak_facts(problem: Problem, placement, priority, transfer) -> PeakFacts:
     return PeakFacts(device=k, time=at, tensors=np.concatenate(tensors),
                      tensor_bytes=tensor_bytes, remote=remote, ops=ops, op_bytes=op_bytes,
                      order=orders[k], orders=orders, position=position, start=start, end=end,
-                     peaks=peaks, weights=np.cumsum(np.concatenate([tensor_bytes, op_bytes])))
+                     peaks=peaks, weights=np.cumsum(np.concatenate([tensor_bytes, op_bytes])),
+                     trace=tr)
 
 
 # ---------------------------------------------------------------------------
@@ -162,31 +164,6 @@ class Moves:
         affinity[ops, device] = 1.0
         return True
 
-    def _target(self, avoid: int) -> int:
-        """The device with the lowest peak (ties: lowest id), sometimes a random other one;
-        while a device is over its limit, the one with the most room below its limit (under
-        one limit for every device that is the lowest peak again)."""
-        peaks = self.facts.peaks.astype(np.float64).copy()
-        if self.rng.random() < 0.3:
-            others = [k for k in range(self.d) if k != avoid]
-            return int(others[int(self.rng.integers(len(others)))])
-        if self.limits is not None and (peaks > self.limits).any():
-            peaks -= self.limits
-        peaks[avoid] = np.inf
-        return int(np.argmin(peaks))
-
-    def _pick(self, cumulative: np.ndarray) -> int:
-        """An index drawn with probability proportional to its weight (running sums given)."""
-        total = cumulative[-1]
-        if total <= 0:
-            return int(self.rng.integers(len(cumulative)))
-        return min(int(np.searchsorted(cumulative, self.rng.random() * total, side="right")),
-                   len(cumulative) - 1)
-
-    def _consumers(self, tensor: int) -> np.ndarray:
-        g = self.graph
-        return g.consumer[g.consumer_ptr[tensor]:g.consumer_ptr[tensor + 1]]
-
     # -- uniform moves (exploration)
 
     def _swap(self, block: np.ndarray) -> None:
@@ -207,18 +184,6 @@ class Moves:
         k = k + 1 if k >= now else k
         self._assign(affinity, [v], k)
 
-    def random_neighbour(self, keys: np.ndarray) -> np.ndarray:
-        out = keys.copy()
-        affinity, priority, transfer = split(out, self.n, self.d)
-        r = self.rng.random()
-        if self.d > 1 and r < 0.4:
-            self._move(affinity)
-        elif r < 0.85:
-            self._swap(priority)
-        else:
-            self._swap(transfer)
-        return out
-
     def kick(self, keys: np.ndarray) -> np.ndarray:
         out = keys.copy()
         affinity, priority, transfer = split(out, self.n, self.d)
@@ -231,107 +196,125 @@ class Moves:
             self._swap(transfer)
         return out
 
-    # -- peak-directed moves
-
-    def _reorder(self, priority: np.ndarray, v: int, earlier: bool) -> bool:
-        """Moves op v a random number of places earlier/later in its device's run order."""
-        f = self.facts
-        device = int(self.placement[v])
-        order = f.orders[device]
-        here = int(f.position[v])
-        room = here if earlier else len(order) - 1 - here
-        if room <= 0:
-            return False
-        # jump lengths spread over scales: 1, 2, 4, ... up to the whole run order
-        jump = min(room, max(1, int(2.0 ** (self.rng.random() * np.log2(room + 1)))))
-        other = int(order[here - jump if earlier else here + jump])
-        spacing = 1.0 / (2.0 * self.n + 2.0)
-        value = priority[other] + (spacing if earlier else -spacing)
-        if value == priority[v]:
-            return False
-        priority[v] = value
-        return True
-
-    def directed_neighbour(self, keys: np.ndarray) -> np.ndarray | None:
-        f = self.facts
-        out = keys.copy()
-        affinity, priority, _ = split(out, self.n, self.d)
-        g = self.graph
-        k = f.device
-        r = self.rng.random()
-        multi = self.d > 1
-        if not len(f.tensors) and not len(f.ops):
-            return None
-        # one live item, tensors and ops' persistent/temporary bytes alike, by its bytes
-        i = self._pick(f.weights)
-        if i >= len(f.tensors):
-            v = int(f.ops[i - len(f.tensors)])
-            s = self.rng.random()
-            if multi and s < 0.35:
-                done = self._assign(affinity, [v], self._target(k))
-            elif multi and s < 0.7:
-                # with the readers of its outputs there, so its outputs do not come back
-                readers = np.concatenate([self._consumers(int(x)) for x in
-                                          range(g.output_ptr[v], g.output_ptr[v + 1])] or [[]])
-                readers = readers.astype(np.int64)
-                readers = readers[self.placement[readers] == k]
-                done = self._assign(affinity, np.append(readers, v), self._target(k))
-            else:
-                done = self._reorder(priority, v, earlier=self.rng.random() < 0.5)
-            return out if done else None
-        tensor, remote = int(f.tensors[i]), bool(f.remote[i])
-        producer = int(g.tensor_producer[tensor])
-        consumers = self._consumers(tensor)
-        here = consumers[self.placement[consumers] == k]
-        waiting = here[f.end[here] > f.time]          # consumers that still hold the tensor
-        if multi and r < 0.55:
-            s = self.rng.random()
-            if remote:
-                # run the consumers where the tensor already is, or elsewhere off the peak
-                home = int(self.placement[producer])
-                target = home if s < 0.6 else self._target(k)
-                done = self._assign(affinity, here, target)
-            elif s < 0.5:
-                done = self._assign(affinity, np.append(here, producer), self._target(k))
-            elif s < 0.7:
-                done = self._assign(affinity, [producer], self._target(k))
-            else:
-                # a window of the peak device's run order around the producer
-                at = int(f.position[producer])
-                width = max(1, int(2.0 ** (self.rng.random() * np.log2(max(2, len(f.order))))))
-                lo = max(0, at - int(self.rng.integers(width)))
-                done = self._assign(affinity, f.order[lo:lo + width], self._target(k))
-            return out if done else None
-        if remote and (not len(waiting) or self.rng.random() < 0.5):
-            # the copy arrives as soon as its producer (elsewhere) ends: produce it later
-            done = self._reorder(priority, producer, earlier=False)
-        elif len(waiting) and (remote or self.rng.random() < 0.6):
-            v = int(waiting[np.argmax(f.end[waiting])])
-            if self.rng.random() < 0.3:
-                v = int(waiting[int(self.rng.integers(len(waiting)))])
-            done = self._reorder(priority, v, earlier=True)
-        elif not remote:
-            done = self._reorder(priority, producer, earlier=False)
-        else:
-            return None
-        return out if done else None
+    # -- neighbours: peak-directed moves and uniform ones, drawn compiled
 
     def neighbours(self, keys: np.ndarray, count: int, directed_share: float) -> np.ndarray:
-        batch = []
-        tries = 0
-        while len(batch) < count:
-            tries += 1
-            candidate = None
-            if self.facts is not None and self.rng.random() < directed_share and tries < 20 * count:
-                candidate = self.directed_neighbour(keys)
-                # now and then two or three peak-directed changes at once, to leave optima
-                # that no single change improves
-                for _ in range(int(self.rng.random() < 0.25) * int(self.rng.integers(1, 3))):
-                    if candidate is None:
-                        break
-                    candidate = self.directed_neighbour(candidate)
-            if candidate is None:
-                candidate = self.random_neighbour(keys)
-            batch.append(candidate)
-        return np.stack(batch)
+        """[count, len(keys)]: `count` neighbours of the incumbent `keys` (see `draw`)."""
+        return self.draw(keys, count, directed_share).keys()
 
+    def draw(self, keys: np.ndarray, count: int, directed_share: float) -> "Drawn":
+        """`count` neighbours of the incumbent `keys` (whose placement is `self.placement`
+        and whose peak is `self.facts`), each a few writes to its keys (`Drawn`): a share
+        `directed_share` aimed at the peak, the rest (and every failed aim) uniformly random.
+
+        The moves, by kind of live item drawn (by its bytes) at the peak on device k:
+        - an op holding persistent or temporary bytes: move it, or it and the readers of its
+          outputs on k, to `target` (below); or move it earlier or later in its device's run
+          order by a jump of random length;
+        - a tensor copied in from elsewhere: move its consumers on k to the producer's device
+          (or to `target`), or run its producer later, or its waiting consumers earlier;
+        - a tensor made on k: move its producer with its consumers on k, or alone, or a window
+          of k's run order around it, to `target`; or run a waiting consumer earlier (the
+          last to finish, sometimes a random one) or the producer later.
+        `target` is the device with the lowest peak (while one is over its limit: the most
+        room below its own), and 3 times in 10 a random other one. A quarter of the directed
+        neighbours stack one or two more such changes. The uniform ones move one op to a
+        random device or swap two priority (transfer) keys near in order. Colocation groups
+        move whole and pinned ones never (the moves of `regal.search.climb`, step 3).
+
+        Compiled (`regal.search.draw_kernel`), with the same draws from `self.rng` as the
+        Python moves it replaced, kept in tests/move_reference.py: same seed, same keys."""
+        from regal.search.draw_kernel import draw_neighbours
+
+        keys = np.ascontiguousarray(keys, dtype=np.float64)
+        static = self._static()
+        peak = self._peak_arrays()
+        incumbent = self._incumbent_arrays(keys)
+        row_ptr, kind, op, value = draw_neighbours(
+            self.rng, int(count), float(directed_share), peak[0], self.n, self.d, *peak[1:],
+            *incumbent, *static)
+        return Drawn(keys, self.n, self.d, row_ptr, kind, op, value)
+
+    def _static(self) -> tuple:
+        """The graph's arrays the drawing reads (once per `Moves`)."""
+        cached = getattr(self, "_static_arrays", None)
+        if cached is None:
+            g, n = self.graph, self.n
+            size = max(n, len(g.consumer)) + 2
+            log2 = np.zeros(size)
+            log2[1:] = np.log2(np.arange(1, size))
+            if self.grouped:
+                members, member_ptr = self._members
+            else:
+                members, member_ptr = np.arange(n), np.arange(n + 1)
+            cached = (np.ascontiguousarray(log2),
+                      np.asarray(g.tensor_producer, np.int64),
+                      np.asarray(g.consumer_ptr, np.int64), np.asarray(g.consumer, np.int64),
+                      np.asarray(g.output_ptr, np.int64), bool(self.grouped),
+                      np.asarray(self.leaders, np.int64), np.asarray(member_ptr, np.int64),
+                      np.asarray(members, np.int64), np.asarray(self.movable, np.bool_))
+            self._static_arrays = cached
+        return cached
+
+    def _peak_arrays(self) -> tuple:
+        """`self.facts` as the drawing reads it (once per incumbent's facts)."""
+        cached = getattr(self, "_peak_cache", None)
+        f = self.facts
+        if cached is not None and cached[0] is f:
+            return cached[1]
+        d, n = self.d, self.n
+        limits = np.zeros(d) if self.limits is None else np.asarray(self.limits, np.float64)
+        if f is None:
+            empty_i = np.zeros(0, np.int64)
+            arrays = (False, 0, np.zeros(1), empty_i, np.zeros(0, np.bool_), empty_i,
+                      np.zeros(d), limits, self.limits is not None, 0.0, np.zeros(n),
+                      np.zeros(n, np.int64), np.zeros(d + 1, np.int64), empty_i)
+        else:
+            orders = [np.asarray(o, np.int64) for o in f.orders]
+            order_ptr = np.zeros(d + 1, np.int64)
+            np.cumsum([len(o) for o in orders], out=order_ptr[1:])
+            weights = np.asarray(f.weights, np.float64)
+            arrays = (True, int(f.device), weights if len(weights) else np.zeros(1),
+                      np.asarray(f.tensors, np.int64), np.asarray(f.remote, np.bool_),
+                      np.asarray(f.ops, np.int64), np.asarray(f.peaks, np.float64), limits,
+                      self.limits is not None, float(f.time), np.asarray(f.end, np.float64),
+                      np.asarray(f.position, np.int64), order_ptr,
+                      np.concatenate(orders) if orders else np.zeros(0, np.int64))
+        self._peak_cache = (f, arrays)
+        return arrays
+
+    def _incumbent_arrays(self, keys: np.ndarray) -> tuple:
+        """The incumbent's placement, priority and transfer keys and their orders (the
+        uniform swaps' `np.argsort(-block, kind="stable")`), once per incumbent."""
+        cached = getattr(self, "_incumbent_cache", None)
+        if cached is not None and cached[1] is self.placement and np.array_equal(cached[0], keys):
+            return cached[2]
+        _, priority, transfer = split(keys, self.n, self.d)
+        priority, transfer = priority.copy(), transfer.copy()
+        arrays = (np.asarray(self.placement, np.int64), priority, transfer,
+                  np.argsort(-priority, kind="stable").astype(np.int64),
+                  np.argsort(-transfer, kind="stable").astype(np.int64))
+        self._incumbent_cache = (keys.copy(), self.placement, arrays)
+        return arrays
+
+
+class Drawn:
+    """Neighbours of one incumbent as writes to its keys (`regal.search.draw_kernel`): row
+    `i`'s writes are `kind[row_ptr[i]:row_ptr[i + 1]]`, `op`, `value` (0: the op's affinity
+    row one-hot on device `value`; 1: its priority key; 2: its transfer key), applied in
+    order. `keys(rows)` gives the chromosomes; a move ranker may read the writes instead."""
+
+    def __init__(self, incumbent, n, d, row_ptr, kind, op, value) -> None:
+        self.incumbent, self.n, self.d = incumbent, int(n), int(d)
+        self.row_ptr, self.kind, self.op, self.value = row_ptr, kind, op, value
+
+    def __len__(self) -> int:
+        return len(self.row_ptr) - 1
+
+    def keys(self, rows=None) -> np.ndarray:
+        """[len(rows), len(incumbent)] the chosen neighbours' keys (default: all, in order)."""
+        from regal.search.draw_kernel import materialise
+
+        rows = np.arange(len(self)) if rows is None else np.asarray(rows, np.int64)
+        return materialise(self.incumbent, self.n, self.d, rows, self.row_ptr, self.kind,
+                           self.op, self.value)
