@@ -170,15 +170,39 @@ def int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}")
 
 
+TRAINING_HELP = ("a model's training step: forward, the loss, backward, Adam update; the "
+                 "loss is the model's compiled loss (Keras compile(loss=...)) on label "
+                 "inputs, else a stand-in, the sum of the outputs' mean squares (--loss)")
+
+
 def _model_options(p) -> None:
-    """--batch, --training, --run, --trust-code: how `import` and `optimize` import a model."""
+    """--batch, --training, --run, --trust-code, --loss, --custom-objects, --microbatches: how
+    `import` and `optimize` import a model."""
     p.add_argument("--batch", type=positive_int, default=None, metavar="B",
                    help="a model's batch size (default 1)")
-    p.add_argument("--training", action="store_true",
-                   help="a model's training step: forward, backward, optimizer update")
+    p.add_argument("--training", action="store_true", help=TRAINING_HELP)
     p.add_argument("--run", action="store_true",
                    help="run the model once and use TensorFlow's measured cost graph")
     _trust_code_option(p)
+    _loss_options(p)
+    p.add_argument("--microbatches", type=positive_int, default=None, metavar="K",
+                   help="a Keras model's training step as K micro-batches of --batch each: K "
+                        "forward and backward passes, one update, so the search can "
+                        "pipeline them (default 1)")
+
+
+def _loss_options(p) -> None:
+    """--loss, --custom-objects: every command that imports a model (import, optimize,
+    apply, measure); a solution applies to the graph imported with the same ones."""
+    p.add_argument("--loss", default=None, metavar="NAME",
+                   help="the training step's loss instead of the model's compiled one: "
+                        "stand-in, or a tf.keras.losses name (mse, categorical_crossentropy, "
+                        "sparse_categorical_crossentropy, ...; the cross-entropies also as "
+                        "NAME_from_logits); needs --training")
+    p.add_argument("--custom-objects", default=None, metavar="FILE",
+                   help="a Python file defining the custom layers (or losses) of a "
+                        ".keras/.h5 model: its CUSTOM_OBJECTS dict, else its top-level names, "
+                        "go to Keras; the file runs, so pass only your own code")
 
 
 def _trust_code_option(p) -> None:
@@ -225,6 +249,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readme", metavar="FILE", help="table to write (default: OUT/../README.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(command="data_real")
+    p = data_sub.add_parser("large", help="import GPT-2 / BERT-large-shaped training steps, "
+                            "too big for one device (resumable)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the .npz files")
+    p.add_argument("--models", nargs="+", metavar="NAME",
+                   help="a subset of gpt2_small, gpt2_medium, gpt2_large, bert_large "
+                   "(default: all)")
+    p.add_argument("--batch", type=positive_int, nargs="+", metavar="B",
+                   help="batch sizes (default 1 4)")
+    p.add_argument("--microbatches", type=positive_int, nargs="+", metavar="K",
+                   help="micro-batch counts: K forward and backward passes of the batch, one "
+                   "update (default 1)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(command="data_large")
 
     p = sub.add_parser("import", help="import a TensorFlow model as a graph file")
     p.add_argument("model", metavar="MODEL", help="SavedModel dir, .keras/.h5, GraphDef "
@@ -428,12 +465,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--solution", required=True, metavar="JSON", help="from regal optimize")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--batch", type=int, default=1, metavar="B", help="batch size (default 1)")
-    p.add_argument("--training", action="store_true", help="the training step was solved")
+    p.add_argument("--training", action="store_true",
+                   help="the training step was solved (see regal import --help); the "
+                        "SavedModel then also has a train_step signature: inputs and labels "
+                        "-> the loss, after one placed training step")
     p.add_argument("--device-type", choices=("CPU", "GPU"), default="GPU",
                    help="device of solution device k: /device:TYPE:k (default GPU)")
     p.add_argument("--device-format", default=None, metavar="FMT",
                    help="device string with {k}, e.g. /job:worker/task:0/device:GPU:{k}")
     _trust_code_option(p)
+    _loss_options(p)
     p.set_defaults(command="apply")
 
     p = sub.add_parser("measure", help="run a placed model on D devices; measured vs "
@@ -454,6 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed of the random weights and inputs")
     p.add_argument("--json", metavar="FILE", help="also write the numbers here")
     _trust_code_option(p)
+    _loss_options(p)
     p.set_defaults(command="measure")
 
     return parser

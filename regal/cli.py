@@ -97,7 +97,8 @@ def cmd_import(args) -> int:
                          f"{', '.join(SUFFIXES)}")
     check_output("--out", args.out)
     graph = load_graph_or_model(args.model, batch_size=args.batch, training=args.training,
-                                run=args.run, trust_code=args.trust_code)
+                                run=args.run, trust_code=args.trust_code,
+                                **_loss_args(args))
     save_graph(graph, args.out)
     s = summarize(graph)
     print(f"wrote {args.out}: {s['ops']:,} ops, {s['tensors']:,} tensors, "
@@ -115,6 +116,17 @@ def cmd_data_real(args) -> int:
     readme = args.readme or str(Path(args.out).parent / "README.md")
     write_real_readme(args.out, readme)
     print(f"{len(paths)} real graphs in {args.out}; table in {readme}")
+    return 0
+
+
+def cmd_data_large(args) -> int:
+    from regal.io.tf_large import LARGE_BATCH_SIZES, build_large_set, write_large_readme
+
+    records = build_large_set(args.out, models=args.models,
+                              batch_sizes=args.batch or LARGE_BATCH_SIZES,
+                              microbatches=args.microbatches or (1,), progress=not args.quiet)
+    write_large_readme(args.out)
+    print(f"{len(records)} large graphs in {args.out}; table in {args.out}/README.md")
     return 0
 
 
@@ -175,7 +187,8 @@ def cmd_optimize(args) -> int:
     check_output("--out", args.out)
     check_output("--plot", args.plot)
     graph = load_graph_or_model(args.graph, batch_size=args.batch, training=args.training,
-                                run=args.run, trust_code=args.trust_code)
+                                run=args.run, trust_code=args.trust_code,
+                                **_loss_args(args))
     imported = graph  # what `regal apply` re-imports: the user's constraints come on top
     if args.pin or args.colocate:
         from regal.constraints import with_constraints
@@ -372,8 +385,31 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _loss_args(args) -> dict:
+    """--loss and --custom-objects as the importer takes them; plain mistakes fail here,
+    before TensorFlow is paid for (an unknown loss name fails in the importer, one line)."""
+    if args.loss is not None and not args.training:
+        raise ValueError("--loss: only a training step has a loss (add --training)")
+    if args.custom_objects is not None:
+        from pathlib import Path
+        if not Path(args.custom_objects).is_file():
+            raise ValueError(f"--custom-objects {args.custom_objects}: no such file")
+    options = {}
+    if args.loss is not None:
+        options["loss"] = args.loss
+    if args.custom_objects is not None:
+        options["custom_objects"] = args.custom_objects
+    if getattr(args, "microbatches", None) is not None:   # import and optimize
+        if not args.training:
+            raise ValueError("--microbatches: only a training step has micro-batches "
+                             "(add --training)")
+        options["microbatches"] = args.microbatches
+    return options
+
+
 def cmd_apply(args) -> int:
     check_output("--out", args.out, folder=True)  # before TensorFlow is paid for
+    loss_args = _loss_args(args)
     from regal.io.solution import check_device_format, read_solution_file
     solution = read_solution_file(args.solution)  # a bad file: one line, before TensorFlow
     check_device_format(args.device_format, solution["devices"]["count"])
@@ -385,9 +421,12 @@ def cmd_apply(args) -> int:
 
     result = apply_solution(args.model, solution, args.out, batch_size=args.batch,
                             training=args.training, kind=args.device_type,
-                            device_format=args.device_format, trust_code=args.trust_code)
+                            device_format=args.device_format, trust_code=args.trust_code,
+                            **loss_args)
     print(f"applied {args.solution}: {result['control_edges']} control edges chain each "
           f"device's order")
+    if result.get("loss"):
+        print(f"training step: {result['loss']}")
     if result["moved"]:
         print(f"{len(result['moved'])} ops moved to their variable's device (TensorFlow "
               f"colocates ops that use a variable)")
@@ -396,6 +435,8 @@ def cmd_apply(args) -> int:
     if result["unmatched_variables"]:
         print(f"saved_model: {result['unmatched_variables']} variables not found in the "
               f"source got random values")
+    if result.get("signatures"):
+        print(f"saved_model signatures: {', '.join(result['signatures'])}")
     if result.get("no_saved_model"):
         print(f"regal: warning: {result['no_saved_model']}", file=sys.stderr)
     for path in result["files"]:
@@ -405,13 +446,15 @@ def cmd_apply(args) -> int:
 
 def cmd_measure(args) -> int:
     check_output("--json", args.json)  # before TensorFlow is paid for
+    loss_args = _loss_args(args)
     from regal.io.solution import read_solution_file
     solution = read_solution_file(args.solution)  # a bad file: one line, before TensorFlow
     from regal.measure import measure
 
     result = measure(args.model, solution, args.devices, batch_size=args.batch,
                      training=args.training, kind=args.device_type, runs=args.runs,
-                     timed_runs=args.timed_runs, seed=args.seed, trust_code=args.trust_code)
+                     timed_runs=args.timed_runs, seed=args.seed, trust_code=args.trust_code,
+                     **loss_args)
     print("\n".join(result.lines()))
     if args.json:
         from regal.files import write_json
@@ -519,6 +562,7 @@ COMMANDS = {
     "data_info": cmd_data_info,
     "data_synth": cmd_data_synth,
     "data_real": cmd_data_real,
+    "data_large": cmd_data_large,
     "import": cmd_import,
     "optimize": cmd_optimize,
     "compare": cmd_compare,

@@ -57,23 +57,25 @@ def is_model(spec: str | os.PathLike) -> bool:
 
 def load_graph_or_model(spec: str | os.PathLike, *, batch_size: int | None = None,
                         training: bool = False, run: bool = False,
-                        trust_code: bool = False) -> ComputationGraph:
+                        trust_code: bool = False, **model_options) -> ComputationGraph:
     """The graph `spec` names: a graph file as it is, or a model imported as one step.
 
     `batch_size` (default 1), `training`, `run` and `trust_code` are
-    `regal.io.tensorflow.import_model`'s; a graph file was imported already, so giving the
-    first three with one is a ValueError (a graph file holds no code to trust).
+    `regal.io.tensorflow.import_model`'s, and so are `model_options` (`loss`,
+    `custom_objects`); a graph file was imported already, so giving the first three or a
+    model option with one is a ValueError (a graph file holds no code to trust).
     """
     if not is_model(spec):
-        if batch_size is not None or training or run:
+        if batch_size is not None or training or run or model_options:
             raise ValueError(f"{os.fspath(spec)}: a graph file, imported already; --batch, "
-                             f"--training and --run apply only to a model")
+                             f"--training, --run, --loss, --custom-objects and --microbatches "
+                             f"apply only to a model")
         from regal.io import load_graph
         return load_graph(spec)
     from regal.io.tensorflow import import_model, resolve_model
     return import_model(resolve_model(os.fspath(spec)),
                         batch_size=1 if batch_size is None else batch_size,
-                        training=training, run=run, trust_code=trust_code)
+                        training=training, run=run, trust_code=trust_code, **model_options)
 
 
 # ---------------------------------------------------------------------------

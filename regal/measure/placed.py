@@ -57,7 +57,7 @@ def check_solution(record: dict, graph: ComputationGraph, devices: int | None = 
         raise ValueError(f"solution: graph fingerprint mismatch: the solution is for "
                          f"{want} ({record['graph'].get('ops')} ops, from {source}), "
                          f"the model imports as {have} ({graph.num_nodes} ops); import with "
-                         f"the same batch size and --training as the solved graph")
+                         f"the same batch size, --training and --loss as the solved graph")
     ops = record["ops"]
     missing = [name for name in graph.names.tolist() if name not in ops]
     if missing:
@@ -208,18 +208,35 @@ def _random(rng, shape, dtype):
 
 
 def _import_for_run(graph_def, values: dict):
-    """A tf.Graph of graph_def plus one init op that assigns `values` on each variable's device."""
+    """A tf.Graph of graph_def plus one init op that assigns `values` on each variable's
+    device -> (graph, init op, feed for the init op). The values are fed (placeholders),
+    never written into the graph as constants: a graph's protobuf stays under 2 GB
+    whatever the weights weigh."""
     g = tf.Graph()
+    feed = {}
     with g.as_default():
         tf.compat.v1.import_graph_def(graph_def, name="")
         inits = []
         for name, value in values.items():
             op = g.get_operation_by_name(name)
-            with tf.device(op.device):
-                const = tf.constant(value)
-                if op.type == "VarHandleOp":
-                    inits.append(tf.raw_ops.AssignVariableOp(resource=op.outputs[0], value=const))
-                else:
-                    inits.append(tf.compat.v1.assign(op.outputs[0], const))
+            assign, placeholder = _assign_from_placeholder(op)
+            inits.append(assign)
+            feed[placeholder] = value
         init = tf.group(*inits)
-    return g, init, values
+    return g, init, feed
+
+
+def _assign_from_placeholder(op, name: str = "regal_value"):
+    """For the variable op `op` (VarHandleOp or VariableV2) of the default graph: a
+    placeholder of its dtype and shape, and the op that assigns it, both on its device."""
+    dtype = tf.as_dtype(op.get_attr("dtype")).base_dtype
+    shape = tf.TensorShape(op.get_attr("shape"))
+    with tf.device(op.device):
+        placeholder = tf.compat.v1.placeholder(dtype, shape, name=f"{op.name}/{name}")
+        if op.type == "VarHandleOp":
+            assign = tf.raw_ops.AssignVariableOp(resource=op.outputs[0], value=placeholder,
+                                                 name=f"{op.name}/{name}_assign")
+        else:
+            assign = tf.compat.v1.assign(op.outputs[0], placeholder,
+                                         name=f"{op.name}/{name}_assign").op
+    return assign, placeholder

@@ -105,7 +105,7 @@ def _run(graph_def, step: ImportedStep, config, *, seed: int, runs: int, timed_r
     `timed_runs` times timed, then once traced.
 
     Returns (outputs, RunMetadata, extra, wall times of the timed runs in µs)."""
-    g, init, _ = _import_for_run(graph_def, _variable_values(graph_def, seed))
+    g, init, init_feed = _import_for_run(graph_def, _variable_values(graph_def, seed))
     rng = np.random.default_rng(seed + 1)
     feed = {g.get_tensor_by_name(t.name): _random(rng, t.shape.as_list(), t.dtype)
             for t in step.feeds}
@@ -117,7 +117,7 @@ def _run(graph_def, step: ImportedStep, config, *, seed: int, runs: int, timed_r
     metadata = tf.compat.v1.RunMetadata()
     extra = None
     with tf.compat.v1.Session(graph=g, config=config) as sess:
-        sess.run(init)
+        sess.run(init, init_feed)
         outputs = sess.run(tensors, feed)  # first run: outputs before any training update
         for _ in range(max(runs - 1, 0)):
             sess.run(tensors + others, feed)
@@ -243,11 +243,12 @@ def _mib(value) -> str:
 def measure(model, solution, devices: int | None = None, *, batch_size: int = 1,
             training: bool = False, input_shapes=None, kind: str = "auto", runs: int = 3,
             timed_runs: int = 5, seed: int = 0, check_outputs: bool = True,
-            gpu_memory_mb: int | None = None, trust_code: bool = False) -> Measurement:
+            gpu_memory_mb: int | None = None, trust_code: bool = False, loss=None,
+            custom_objects=None) -> Measurement:
     """Runs `model` placed by `solution` on `devices` devices and measures per-device peaks.
 
-    `model`: anything `regal.io.tensorflow.import_model` takes (`trust_code` as there), or an
-    ImportedStep;
+    `model`: anything `regal.io.tensorflow.import_model` takes (`trust_code`, `loss`,
+    `custom_objects` as there), or an ImportedStep;
     `solution`: a solution.json path or record; `devices`: default the solution's count;
     `runs` warm-up runs, then `timed_runs` timed ones (the step time is their median wall
     time; 0: not timed), then one traced run for the step statistics.
@@ -262,7 +263,7 @@ def measure(model, solution, devices: int | None = None, *, batch_size: int = 1,
     kind = configure_devices(count, kind, gpu_memory_mb)
     step = model if isinstance(model, ImportedStep) else import_step(
         model, batch_size=batch_size, training=training, input_shapes=input_shapes,
-        trust_code=trust_code)
+        trust_code=trust_code, loss=loss, custom_objects=custom_objects)
     placed = place(step, record, count)
     graph_def = placed_graph_def(placed, kind)
     config = _session_config(kind, count)

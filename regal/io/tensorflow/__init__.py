@@ -57,11 +57,12 @@ from regal.io.tensorflow.ops import _CONTROL_FLOW_OPS  # noqa: E402
 from regal.io.tensorflow.scratch import (  # noqa: E402
     conv2d_backprop_filter_scratch, conv2d_backprop_input_scratch)
 from regal.io.tensorflow.sources import (  # noqa: E402
-    code_in_keras_file, export_keras3, keras_major_version, resolve_model)
-from regal.io.tensorflow.step import _build_step, _prune  # noqa: E402
+    code_in_keras_file, export_keras3, keras_major_version, load_custom_objects, resolve_model)
+from regal.io.tensorflow.step import STAND_IN, _build_step, _prune, resolve_loss  # noqa: E402
 
 __all__ = ["import_model", "import_step", "resolve_model", "with_forwarding", "colocation_pairs",
            "keras_major_version", "export_keras3", "code_in_keras_file",
+           "load_custom_objects", "resolve_loss", "STAND_IN",
            "conv2d_backprop_filter_scratch", "conv2d_backprop_input_scratch", "ImportedStep", "FORWARDING_OPS",
            "FLOPS_PER_US", "BYTES_PER_US", "LAUNCH_US"]
 
@@ -70,7 +71,8 @@ def import_model(source, *, batch_size: int = 1, training: bool = False, run: bo
                  input_shapes: Sequence[Sequence[int]] | None = None,
                  learning_rate: float = 1e-3, seed: int = 0, grappler: bool = False,
                  warmup_runs: int = 1, forwarding: bool = True,
-                 kernel_scratch: bool = True, trust_code: bool = False) -> ComputationGraph:
+                 kernel_scratch: bool = True, trust_code: bool = False, loss=None,
+                 custom_objects=None, microbatches: int = 1) -> ComputationGraph:
     """Imports `source` as the graph of one inference (or training) step.
 
     `source`: a tf.keras Model, a zero-argument callable returning one (built inside the
@@ -83,10 +85,18 @@ def import_model(source, *, batch_size: int = 1, training: bool = False, run: bo
     `forwarding` models in-place buffer forwarding as aliases, `kernel_scratch` sets the
     conv-gradient kernels' temporary memory (see `forwarding`, `scratch`). `trust_code` lets a
     Keras file whose layers carry Python code load (and run that code).
+    `loss` (training only): None, the model's compiled loss if it has one, else the stand-in
+    (sum of mean squares of the outputs); "stand-in"; a tf.keras.losses name or Loss (see
+    `step`). `custom_objects`: a dict, or a Python file (run) whose names Keras gets when
+    it loads a `.keras` / `.h5` file (`load_custom_objects`). `microbatches` K > 1 (a Keras
+    model's training step): K forward and backward passes, each of its own `batch_size`
+    inputs under a `microbatchM/` scope, whose gradients are summed into one update
+    (`step`), so placement and order can pipeline them.
     """
     step, ops = _pruned_step(source, batch_size=batch_size, training=training,
                              input_shapes=input_shapes, learning_rate=learning_rate,
-                             trust_code=trust_code)
+                             trust_code=trust_code, loss=loss, custom_objects=custom_objects,
+                             microbatches=microbatches)
     flow = sorted({op.type for op in ops} & _CONTROL_FLOW_OPS)
     if flow:
         warnings.warn(f"graph contains control-flow ops {flow}; each is one ordinary op "
@@ -98,13 +108,19 @@ def import_model(source, *, batch_size: int = 1, training: bool = False, run: bo
 
 
 def _pruned_step(source, *, batch_size, training, input_shapes, learning_rate,
-                 trust_code) -> tuple:
+                 trust_code, loss=None, custom_objects=None, microbatches: int = 1) -> tuple:
     """The step `import_model` and `import_step` convert, and the ops it runs."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if isinstance(microbatches, bool) or int(microbatches) != microbatches or microbatches < 1:
+        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+    if microbatches > 1 and not training:
+        raise ValueError("--microbatches: only a training step has micro-batches "
+                         "(add --training)")
     step = _build_step(source, batch_size=batch_size, training=training,
                        input_shapes=input_shapes, learning_rate=learning_rate,
-                       trust_code=trust_code)
+                       trust_code=trust_code, loss=loss, custom_objects=custom_objects,
+                       microbatches=int(microbatches))
     ops = _prune(step.graph, step.fetches)
     return step, ops
 
@@ -123,19 +139,27 @@ class ImportedStep(NamedTuple):
     values: dict = {}         # variable op name -> initial value the source carries
     #                           (a SavedModel's or tf.function's weights; {} for Keras
     #                           models, whose weights regal.measure reads from the model)
+    outputs: list = []        # the model's outputs (tensors of tf_graph, fetched)
+    labels: list = []         # label placeholders of the training loss (also in feeds)
+    loss: object = None       # the training loss tensor; not among `ops` for the stand-in
+    loss_text: str = ""       # what the training loss is, in words
+    train_ops: list = []      # the optimizer update and Keras' own updates (fetched)
 
 
 def import_step(source, *, batch_size: int = 1, training: bool = False,
                 input_shapes: Sequence[Sequence[int]] | None = None,
                 learning_rate: float = 1e-3, forwarding: bool = True,
-                kernel_scratch: bool = True, trust_code: bool = False) -> ImportedStep:
+                kernel_scratch: bool = True, trust_code: bool = False, loss=None,
+                custom_objects=None, microbatches: int = 1) -> ImportedStep:
     """`import_model` (static mode) that also hands back the TensorFlow graph, so a solution
     for the graph can be applied to the very ops it was computed for (regal.measure)."""
     step, ops = _pruned_step(source, batch_size=batch_size, training=training,
                              input_shapes=input_shapes, learning_rate=learning_rate,
-                             trust_code=trust_code)
+                             trust_code=trust_code, loss=loss, custom_objects=custom_objects,
+                             microbatches=microbatches)
     graph = _static_graph(ops, step.fetches, forwarding=forwarding,
                           kernel_scratch=kernel_scratch)
     kept = {op.name for op in ops}
     values = {name: v for name, v in step.values.items() if name in kept}
-    return ImportedStep(graph, step.graph, step.feeds, step.fetches, ops, values)
+    return ImportedStep(graph, step.graph, step.feeds, step.fetches, ops, values,
+                        step.outputs, step.labels, step.loss, step.loss_text, step.train_ops)
