@@ -83,7 +83,10 @@ def _stripped(name: str) -> tuple[list[str], int]:
     if len(parts) > 1 and _MICROBATCH_SCOPE.fullmatch(parts[0]):   # one micro-batch's op
         parts = parts[1:]
     if len(parts) > 1 and _BACKWARD_SCOPE.fullmatch(parts[0]):
-        return parts[1:], _BACKWARD
+        parts = parts[1:]
+        if len(parts) > 1 and _MICROBATCH_SCOPE.fullmatch(parts[0]):   # gradients/microbatchM/
+            parts = parts[1:]
+        return parts, _BACKWARD
     if len(parts) > 1 and parts[0] == "update":   # synthetic training graphs: update/X
         return parts[1:], _OPTIMIZER
     for i, part in enumerate(parts[:3]):   # update_X/..., train_op/update_X/..., a/b/update_X
