@@ -365,6 +365,31 @@ def _beats(key_u, u, key_v, v) -> bool:
 
 
 @njit(cache=True)
+def _live_tensor_leaves(i, k, t, tag, new_dev, place0, wait_ptr, wait_op, live_producer,
+                        live_remote, has_waiting, live_bytes):
+    """(bytes that leave k, bytes partly leaving k) of live tensor i at the peak, under the
+    neighbour `t` (an op's device is `new_dev` where `tag` says t moved it, else `place0`)."""
+    stay = False
+    for w in range(wait_ptr[i], wait_ptr[i + 1]):
+        u = wait_op[w]
+        if (new_dev[u] if tag[u] == t else place0[u]) == k:
+            stay = True
+            break
+    u = live_producer[i]
+    off = (new_dev[u] if tag[u] == t else place0[u]) != k
+    size = float(live_bytes[i])
+    if not live_remote[i]:
+        if off and not stay:
+            return size, 0.0
+        if off and stay:
+            return 0.0, size
+        return 0.0, 0.0
+    if has_waiting[i] and not stay:
+        return size, 0.0
+    return 0.0, 0.0
+
+
+@njit(cache=True)
 def _features(base, tag, new_dev, new_prio, live_tag, ptr, ops, dev, prio, transfer, n, d, k,
               place0, prio0, obytes, over_room,
               headroom, room, window, cost, mean_load, load0, max_load0, load_k0, is_peak,
@@ -422,40 +447,20 @@ def _features(base, tag, new_dev, new_prio, live_tag, ptr, ops, dev, prio, trans
                 i = prod_live[q]
                 if live_tag[i] != t:
                     live_tag[i] = t
-                    stay = False
-                    for w in range(wait_ptr[i], wait_ptr[i + 1]):
-                        u = wait_op[w]
-                        if (new_dev[u] if tag[u] == t else place0[u]) == k:
-                            stay = True
-                            break
-                    u = live_producer[i]
-                    off = (new_dev[u] if tag[u] == t else place0[u]) != k
-                    if not live_remote[i]:
-                        if off and not stay:
-                            live_leave += live_bytes[i]
-                        elif off and stay:
-                            live_partial += live_bytes[i]
-                    elif has_waiting[i] and not stay:
-                        live_leave += live_bytes[i]
+                    leave, partial = _live_tensor_leaves(
+                        i, k, t, tag, new_dev, place0, wait_ptr, wait_op, live_producer,
+                        live_remote, has_waiting, live_bytes)
+                    live_leave += leave
+                    live_partial += partial
             for q in range(waitby_ptr[v], waitby_ptr[v + 1]):
                 i = waitby_live[q]
                 if live_tag[i] != t:
                     live_tag[i] = t
-                    stay = False
-                    for w in range(wait_ptr[i], wait_ptr[i + 1]):
-                        u = wait_op[w]
-                        if (new_dev[u] if tag[u] == t else place0[u]) == k:
-                            stay = True
-                            break
-                    u = live_producer[i]
-                    off = (new_dev[u] if tag[u] == t else place0[u]) != k
-                    if not live_remote[i]:
-                        if off and not stay:
-                            live_leave += live_bytes[i]
-                        elif off and stay:
-                            live_partial += live_bytes[i]
-                    elif has_waiting[i] and not stay:
-                        live_leave += live_bytes[i]
+                    leave, partial = _live_tensor_leaves(
+                        i, k, t, tag, new_dev, place0, wait_ptr, wait_op, live_producer,
+                        live_remote, has_waiting, live_bytes)
+                    live_leave += leave
+                    live_partial += partial
             # data edges out of v, and into v from an op that did not move (counted there)
             for e in range(out_ptr[v], out_ptr[v + 1]):
                 u = edge_dst[e]

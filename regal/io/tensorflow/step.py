@@ -250,11 +250,7 @@ def _from_keras(build: Callable, batch_size, training, input_shapes, learning_ra
             return _microbatched(graph, model, batch_size, input_shapes, learning_rate,
                                  loss, microbatches)
         mark = len(graph.get_operations())
-        feeds = []
-        for i, spec in enumerate(model.inputs):
-            name = spec.name.split(":")[0]
-            shape = _shape_for(i, spec.shape, batch_size, input_shapes, f"{name}:0")
-            feeds.append(tf.compat.v1.placeholder(spec.dtype, shape, name=f"input_{i}"))
+        feeds = _input_placeholders(model, batch_size, input_shapes)
         outputs = tf.nest.flatten(model(feeds if len(feeds) > 1 else feeds[0],
                                         training=training))
         fetches = list(outputs)
@@ -284,6 +280,16 @@ def _from_keras(build: Callable, batch_size, training, input_shapes, learning_ra
                  loss=loss_tensor, loss_text=text, train_ops=[train_op] + updates)
 
 
+def _input_placeholders(model, batch_size, input_shapes) -> list:
+    """One fully shaped placeholder per model input, `input_i` (in the current name scope)."""
+    feeds = []
+    for i, spec in enumerate(model.inputs):
+        name = spec.name.split(":")[0]
+        shape = _shape_for(i, spec.shape, batch_size, input_shapes, f"{name}:0")
+        feeds.append(tf.compat.v1.placeholder(spec.dtype, shape, name=f"input_{i}"))
+    return feeds
+
+
 def _microbatched(graph, model, batch_size, input_shapes, learning_rate, loss,
                   count: int) -> _Step:
     """A training step of `count` micro-batches, each under its own `microbatchM/` scope: its
@@ -302,11 +308,7 @@ def _microbatched(graph, model, batch_size, input_shapes, learning_rate, loss,
     text = STAND_IN_TEXT
     for m in range(count):
         with tf.name_scope(f"microbatch{m}"):
-            inputs = []
-            for i, spec in enumerate(model.inputs):
-                name = spec.name.split(":")[0]
-                shape = _shape_for(i, spec.shape, batch_size, input_shapes, f"{name}:0")
-                inputs.append(tf.compat.v1.placeholder(spec.dtype, shape, name=f"input_{i}"))
+            inputs = _input_placeholders(model, batch_size, input_shapes)
             out = tf.nest.flatten(model(inputs if len(inputs) > 1 else inputs[0],
                                         training=True))
             if loss == STAND_IN:
