@@ -62,15 +62,49 @@ def decode(keys, graph, devices):
     if keys.ndim not in (1, 2) or keys.shape[-1] != expected:
         raise ValueError(f"keys: expected {expected} genes ({n} ops x ({d} devices + 2)), "
                          f"got shape {keys.shape}")
-    affinity, priority, transfer = split(keys, n, d)
+    _, priority, transfer = split(keys, n, d)
+    rows = keys[None] if keys.ndim == 1 else keys  # [B, G] (a view)
+    placement = np.empty((rows.shape[0], n), np.int32)
     if graph.constrained:
         _check_pins(graph, d)
         # SIM_RULES 13: the leader's row decides for its group; a pin overrides the keys
-        placement = np.argmax(affinity[..., graph.colocation, :], axis=-1).astype(np.int32)
-        placement = np.where(graph.pinned >= 0, graph.pinned, placement).astype(np.int32)
+        _place_kernel(rows, d, graph.colocation, graph.pinned, True, placement)
     else:
-        placement = np.argmax(affinity, axis=-1).astype(np.int32)  # first maximum = lower device
+        none = np.empty(0, np.int32)
+        _place_kernel(rows, d, none, none, False, placement)
+    if keys.ndim == 1:
+        placement = placement[0]
     return placement, priority.copy(), transfer.copy()
+
+
+@njit(cache=True)
+def _place_kernel(keys, d, leaders, pinned, constrained, out):
+    """out[r, v] = argmax of op v's affinity row in keys[r] (with `constrained`: the row of
+    its leader `leaders[v]`, and its pin `pinned[v]` when >= 0), exactly as np.argmax: the
+    first maximum wins (-0.0 = 0.0), and the first NaN wins over any number."""
+    rows, n = out.shape
+    for r in range(rows):
+        for v in range(n):
+            if constrained:
+                pin = pinned[v]
+                if pin >= 0:
+                    out[r, v] = pin
+                    continue
+                base = leaders[v] * d
+            else:
+                base = v * d
+            best = keys[r, base]
+            k = 0
+            if best == best:                  # not NaN
+                for j in range(1, d):
+                    x = keys[r, base + j]
+                    if x != x:                # NaN: np.argmax returns the first one
+                        k = j
+                        break
+                    if x > best:
+                        best = x
+                        k = j
+            out[r, v] = k
 
 
 def schedule_digests(graph, placement, priority, transfer) -> list[bytes]:
