@@ -223,8 +223,11 @@ def main(argv=None) -> int:
             + (f"Per-device limit {format_bytes(args.limit)} for every graph; " if args.limit
                else f"Per-device limit = {args.limit_factor} x the one-device peak / devices; ")
             + f"time limit {args.time_limit:g} s per search run (one process); step in "
-            f"parentheses: the answer does not fit. Smallest limit: searches, the lowest peak "
-            f"found minimising peak memory; one-shot heuristics, bisection.\n\n"
+            f"parentheses: the answer does not fit."
+            + ("" if args.fit_only else " Smallest limit: searches, the lowest peak found "
+               "minimising peak memory; one-shot heuristics, bisection.")
+            + " One-device figures: the whole graph in a topological order (breadth first: "
+            f"on a micro-batched graph it runs the micro-batches side by side).\n\n"
             + tables(records) + "\n")
     print(text)
     write_text(args.out, text)
