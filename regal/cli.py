@@ -249,17 +249,13 @@ def cmd_optimize(args) -> int:
         print(f"solver status: {status}" + ("" if solution.extra.get("time_limit") is None
                                            else f" (time limit {solution.extra['time_limit']} s)"))
     if args.objective == "peak_memory":
-        from regal.bounds import gap_to_bound, lower_bound
-        from regal.units import format_bytes
+        from regal.bounds import lower_bound
         extra = {}
         if solution.extra.get("bound") is not None and solution.method == "cpsat":
             extra["cpsat"] = solution.extra["bound"]  # proven for peak memory, any status
         bound = lower_bound(graph, devices, extra=extra)
-        gap = gap_to_bound(solution.value, bound)
         # a valid lower bound certifies the answer: the optimum lies between the two
-        print(("certified: proven optimal" if gap == 0 else
-               f"certified: at most {100 * gap:.2f}% above the optimum")
-              + f" (lower bound {format_bytes(bound.value)}, argument {bound.source})")
+        print(_certified(solution.value, bound.value, bound.source))
     for path in written:
         print(f"wrote {path}")
     return 0 if solution.feasible else EXIT_INFEASIBLE
