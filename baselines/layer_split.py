@@ -62,7 +62,7 @@ import re
 import numpy as np
 
 from regal.decode import order_priority, respect_colocation
-from regal.graph import op_bytes
+from regal.graph import MICROBATCH_SCOPE, microbatch_of, op_bytes
 from regal.optimizers import Problem, Solution, check_budget, limit_free_first, score
 
 __all__ = ["solve", "solve_compute", "solve_gpipe", "solve_1f1b", "layer_keys",
@@ -71,7 +71,6 @@ __all__ = ["solve", "solve_compute", "solve_gpipe", "solve_1f1b", "layer_keys",
 
 BALANCES = ("memory", "compute")
 SCHEDULES = ("framework", "gpipe", "1f1b")
-_MICROBATCH_SCOPE = re.compile(r"microbatch(\d+)")
 
 _BACKWARD_SCOPE = re.compile(r"(gradients(_\d+)?|gradient_tape|grad)")
 _FORWARD, _BACKWARD, _OPTIMIZER = 0, 1, 2
@@ -80,11 +79,11 @@ _FORWARD, _BACKWARD, _OPTIMIZER = 0, 1, 2
 def _stripped(name: str) -> tuple[list[str], int]:
     """An op name's components without its gradient or optimizer scope, and its kind."""
     parts = [p for p in str(name).split("/") if p]
-    if len(parts) > 1 and _MICROBATCH_SCOPE.fullmatch(parts[0]):   # one micro-batch's op
+    if len(parts) > 1 and MICROBATCH_SCOPE.fullmatch(parts[0]):   # one micro-batch's op
         parts = parts[1:]
     if len(parts) > 1 and _BACKWARD_SCOPE.fullmatch(parts[0]):
         parts = parts[1:]
-        if len(parts) > 1 and _MICROBATCH_SCOPE.fullmatch(parts[0]):   # gradients/microbatchM/
+        if len(parts) > 1 and MICROBATCH_SCOPE.fullmatch(parts[0]):   # gradients/microbatchM/
             parts = parts[1:]
         return parts, _BACKWARD
     if len(parts) > 1 and parts[0] == "update":   # synthetic training graphs: update/X
@@ -277,16 +276,6 @@ def place(graph, d: int, balance: str = "memory", limits=None) -> tuple[np.ndarr
             "stage_layers": np.bincount(stage, minlength=d).tolist(),
             "stage_weights": np.bincount(stage, weights=weights, minlength=d).tolist()}
     return placement, info
-
-
-def microbatch_of(names) -> np.ndarray:
-    """The micro-batch of every op (its leading `microbatchM/` scope), -1 outside them."""
-    out = np.full(len(names), -1, np.int64)
-    for i, name in enumerate(names):
-        found = _MICROBATCH_SCOPE.fullmatch(str(name).split("/", 1)[0])
-        if found and "/" in str(name):
-            out[i] = int(found.group(1))
-    return out
 
 
 def _stage_sequence(schedule: str, stage: int, stages: int, count: int) -> list[tuple]:

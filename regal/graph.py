@@ -11,6 +11,7 @@ port, so the outputs of op `v` are `output_ptr[v]:output_ptr[v+1]`.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import deque
 from typing import NamedTuple, Sequence
 
@@ -18,7 +19,8 @@ import numpy as np
 
 __all__ = [
     "ComputationGraph", "GraphError", "build_graph", "summarize", "MAX_BYTES",
-    "op_bytes", "group_leaders", "check_constraints", "check_pins"
+    "op_bytes", "group_leaders", "check_constraints", "check_pins", "MICROBATCH_SCOPE",
+    "microbatch_of", "has_microbatches"
 ]
 
 
@@ -558,3 +560,24 @@ def summarize(graph: ComputationGraph) -> dict:
         "compute cost (us)": float(graph.compute_cost.sum()),
         "depth": graph.depth(),
     }
+
+
+# the scope of one micro-batch's ops in a training step imported with `--microbatches K`
+# (`regal.io.tensorflow.step`): microbatch0/..., microbatch1/..., also inside a gradients scope
+MICROBATCH_SCOPE = re.compile(r"microbatch(\d+)")
+
+
+def microbatch_of(names) -> np.ndarray:
+    """The micro-batch of every op (its leading `microbatchM/` scope), -1 outside them."""
+    out = np.full(len(names), -1, np.int64)
+    for i, name in enumerate(names):
+        found = MICROBATCH_SCOPE.fullmatch(str(name).split("/", 1)[0])
+        if found and "/" in str(name):
+            out[i] = int(found.group(1))
+    return out
+
+
+def has_microbatches(graph: ComputationGraph) -> bool:
+    """Whether `graph` is a training step of two or more micro-batches."""
+    batch = microbatch_of(graph.names)
+    return len(np.unique(batch[batch >= 0])) >= 2

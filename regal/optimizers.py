@@ -30,7 +30,7 @@ from regal.solution_file import execution_order, read_solution, solution_record
 from regal.summary import describe, smallest_overflow
 
 __all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "REVISIONS", "register",
-           "method_revision", "LIMITS_REVISION", "get_method",
+           "method_revision", "LIMITS_REVISION", "METHOD_LIMITS_REVISIONS", "get_method",
            "available_methods", "solve", "score", "single_device", "round_robin",
            "roomiest_device", "one_device", "reference_solutions",
            "solve_brkga", "solve_random", "check_budget",
@@ -250,15 +250,22 @@ def register(name: str, method: Callable | str, revision: str = "") -> None:
 # under per-device limits a fit ranks ahead of every misfit for peak memory too, and the
 # constructions build for a limit only when their limit-free answer misses it (issue 36)
 LIMITS_REVISION = "limits-1"
+# methods whose own handling of limits was revised since, and their limits revision in its
+# place: "limits-2" = under a step-time objective, a pipeline whose BRKGA phase ends over the
+# limits climbs on peak memory to a fit before its step-time climbs
+# (`regal.search.pipeline.fit_first`; issue 41)
+METHOD_LIMITS_REVISIONS: dict[str, str] = {"regal": "limits-2", "seeded-brkga": "limits-2"}
 
 
 def method_revision(name: str, memory_limit=None) -> str:
     """The revision of method `name`'s code ("" when never revised; `REVISIONS`), with
-    `LIMITS_REVISION` added for a run under `memory_limit` (not None)."""
+    its limits revision (`METHOD_LIMITS_REVISIONS`, else `LIMITS_REVISION`) added for a run
+    under `memory_limit` (not None)."""
     revision = REVISIONS.get(name, "")
     if memory_limit is None:
         return revision
-    return f"{revision}+{LIMITS_REVISION}" if revision else LIMITS_REVISION
+    limits = METHOD_LIMITS_REVISIONS.get(name, LIMITS_REVISION)
+    return f"{revision}+{limits}" if revision else limits
 
 
 def available_methods() -> list[str]:

@@ -10,7 +10,8 @@ tensors live on it at one instant, a few percent of the ops. So:
    order cut into `d` memory-balanced runs, all ops on one device, and the registry's
    heuristics `gp-dfs`, `m-topo`, `m-etf` (their reported evaluations count against the
    budget; `m-etf` is skipped above `etf_max_ops` ops, where its own pure-Python run
-   takes longer than the whole search).
+   takes longer than the whole search), and on a training step of micro-batches the
+   hand-made pipelines (`layer-split-1f1b`, `layer-split`; `regal.search.starts`).
 2. Trace the incumbent (`regal.sim.trace`; it re-runs a solution already evaluated, so it is
    not a new evaluation) and find the device and instant of the peak (the device whose
    peak is furthest over its limit, or the busiest device when all fit), and the
@@ -66,7 +67,8 @@ import numpy as np
 from regal.decode import decode, schedule_digests, split
 from regal.optimizers import Problem, Solution, check_budget, score
 from regal.search.moves import Moves, peak_facts, rerank
-from regal.search.starts import HEURISTICS, given_starts, heuristic_starts, initial_solutions
+from regal.search.starts import (default_heuristics, given_starts, heuristic_starts,
+                                 initial_solutions)
 
 __all__ = ["Climb", "local_search", "REPEATS_PER_EVALUATION"]
 
@@ -97,7 +99,7 @@ class Climb:
     """
 
     def __init__(self, problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
-                 patience: int | None = None, heuristics=HEURISTICS, etf_max_ops: int = 1000,
+                 patience: int | None = None, heuristics=None, etf_max_ops: int = 1000,
                  directed: float = 0.85, initial=None, should_stop=None,
                  known: dict | None = None, rank_moves=None, draw: int = 1) -> None:
         check_budget(budget)
@@ -129,6 +131,8 @@ class Climb:
             starts, names = np.vstack([given, starts]), ["initial"] * len(given) + names
         starts, names = starts[:budget], names[:budget]
         scores, self.used = self._score(starts)
+        if heuristics is None:
+            heuristics = default_heuristics(graph)
         for keys, found, cost, name in heuristic_starts(problem, heuristics, budget - self.used,
                                                          seed, etf_max_ops, should_stop, known):
             self.used += cost
@@ -285,15 +289,16 @@ class Climb:
 
 
 def local_search(problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
-          patience: int | None = None, heuristics=HEURISTICS, etf_max_ops: int = 1000,
+          patience: int | None = None, heuristics=None, etf_max_ops: int = 1000,
           directed: float = 0.85, initial=None, progress=None, should_stop=None) -> Solution:
     """Peak-directed hill climbing with restarts; at most `budget` evaluations, fewer when
     `should_stop()` (asked before each heuristic start and each step) says to stop or when
     `REPEATS_PER_EVALUATION * budget` neighbours repeated schedules already scored.
 
     `batch_size` is the largest batch (the search adapts between 8 and it), `heuristics`
-    the registry methods tried as starts, `directed` the share of peak-directed neighbours,
-    `initial` extra starts (Solutions or chromosomes: a warm start, e.g. a best-known one).
+    the registry methods tried as starts (None: `regal.search.starts.default_heuristics`),
+    `directed` the share of peak-directed neighbours, `initial` extra starts (Solutions or
+    chromosomes: a warm start, e.g. a best-known one).
     """
     lineage = Climb(problem, budget, seed, batch_size=batch_size, patience=patience,
                     heuristics=heuristics, etf_max_ops=etf_max_ops, directed=directed,
