@@ -16,6 +16,13 @@ device's limit as its capacity and keeps the better answer. When no device has r
 ready op, it may go to the devices with the most room left. Priorities follow the scheduled
 starts.
 
+Devices of different speeds (`DeviceSpec.flops`, `memory_bandwidth`): each ready op's device
+is the one where it would finish first (its start there plus its time there,
+`regal.sim.speeds.op_durations`; ties: the earlier start, then the lower device), and the op
+scheduled next is still the one with the earliest start on its device; static levels use an
+op's mean time over the devices (as HEFT's upward rank does). With equal devices this is the
+rule above exactly.
+
 Colocation groups: the first op of a group to be scheduled chooses the group's device (a
 pinned group's is its pin) and every later op of the group may start only there.
 """
@@ -27,13 +34,16 @@ import numpy as np
 from regal.decode import order_priority, respect_colocation
 from regal.graph import op_bytes
 from regal.optimizers import Problem, Solution, check_budget, limit_free_first, score
+from regal.sim.speeds import op_durations
 
 __all__ = ["solve", "schedule"]
 
 
-def _static_level(graph) -> np.ndarray:
-    """Longest compute-cost path from each op to a sink, itself included."""
-    level = np.asarray(graph.compute_cost, np.float64).copy()
+def _static_level(graph, durations=None) -> np.ndarray:
+    """Longest compute-cost path from each op to a sink, itself included (with device
+    speeds: each op's mean time over the devices)."""
+    level = np.asarray(graph.compute_cost if durations is None else durations.mean(axis=0),
+                       np.float64).copy()
     for v in graph.topo_order[::-1]:
         succ = graph.successors(int(v))
         if len(succ):
@@ -73,7 +83,8 @@ def schedule(problem: Problem, slack: float = 0.1,
     n, d = graph.num_nodes, problem.devices.count
     memory = op_bytes(graph)
     capacity = capacities(problem, slack, limits)
-    level = _static_level(graph)
+    durations = op_durations(graph, problem.devices)  # [d, n], or None: equal devices
+    level = _static_level(graph, durations)
     inputs = _input_delays(graph, problem.devices)
     missing = np.diff(graph.pred_ptr).astype(np.int64)
     ready = set(int(v) for v in np.flatnonzero(missing == 0))
@@ -94,18 +105,24 @@ def schedule(problem: Problem, slack: float = 0.1,
                 if len(fits) == 0:
                     room = capacity - used
                     fits = np.flatnonzero(room == room.max())
+            chosen = None  # v's device: the earliest finish (equal devices: earliest start)
             for k in fits:
                 est = free_at[k]
                 for u, delay in inputs[v]:
                     est = max(est, finish[u] + (delay if placement[u] != k else 0.0))
-                key = (est, -level[v], v, int(k))
-                if best is None or key < best:
-                    best = key
+                mine = (est, int(k)) if durations is None else \
+                    (est + durations[k, v], est, int(k))
+                if chosen is None or mine < chosen:
+                    chosen = mine
+            est, k = chosen[-2], chosen[-1]
+            key = (est, -level[v], v, k)
+            if best is None or key < best:
+                best = key
         est, _, v, k = best
         ready.remove(v)
         placement[v], start[v] = k, est
         group_device[leader[v]] = k
-        finish[v] = est + graph.compute_cost[v]
+        finish[v] = est + (graph.compute_cost[v] if durations is None else durations[k, v])
         free_at[k] = finish[v]
         used[k] += memory[v]
         for w in graph.successors(v):

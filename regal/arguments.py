@@ -20,6 +20,7 @@ DEFAULT_BUDGET = 5000
 DEFAULT_METHOD = "local-search"
 
 __all__ = ["DEFAULT_BUDGET", "DEFAULT_METHOD", "build_parser", "parse_size", "parse_sizes",
+           "parse_speeds", "parse_names",
            "device_count", "check_device_counts", "check_output", "parse_pins", "int_list", "checked_policy_dir",
            "non_negative_int", "positive_int", "positive_float", "non_negative_float"]
 
@@ -56,6 +57,23 @@ def parse_sizes(text: str):
     if "," not in str(text):
         return parse_size(text)
     return [parse_size(part) for part in str(text).split(",")]
+
+
+def parse_speeds(text: str):
+    """--device-flops, --device-bandwidth: one finite number > 0 for every device, or
+    'X,Y,...' one per device (a list; its length is checked against --devices by the
+    command). The unit (TFLOP/s, GB/s) is the flag's."""
+    parts = str(text).split(",")
+    values = [positive_float(part.strip()) for part in parts]
+    return values[0] if len(values) == 1 else values
+
+
+def parse_names(text: str) -> list[str]:
+    """--device-preset: 'NAME' or 'NAME,NAME,...' (the names are checked by the command)."""
+    names = [part.strip() for part in str(text).split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected NAME or NAME,NAME,..., got {text!r}")
+    return names
 
 
 def device_count(text: str) -> int:
@@ -284,6 +302,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="link bandwidth in bytes/us (1 GB/s = 1000; default 100000)")
     p.add_argument("--latency", type=non_negative_float, default=None, metavar="US",
                    help="per-transfer latency in us (default 5)")
+    p.add_argument("--device-flops", type=parse_speeds, default=None,
+                   metavar="TFLOPS[,TFLOPS...]",
+                   help="each device's sustained compute speed in TFLOP/s, one for all or one "
+                        "per device (default: the cost model's 10, a V100 at realistic fp32 "
+                        "efficiency); needs a graph imported from TensorFlow (FLOP counts)")
+    p.add_argument("--device-bandwidth", type=parse_speeds, default=None,
+                   metavar="GBPS[,GBPS...]",
+                   help="each device's own memory bandwidth in GB/s (not the link between "
+                        "devices: that is --bandwidth), one for all or one per device "
+                        "(default: the cost model's 500)")
+    p.add_argument("--device-preset", type=parse_names, default=None,
+                   metavar="NAME[,NAME...]",
+                   help="GPU presets for both speeds, one for all or one per device: V100, T4, "
+                        "L4, A100-40GB, A100-80GB, H100-SXM, H100-PCIE, H200, RTX3090, "
+                        "RTX4090 (datasheet peaks scaled so V100 is the default; "
+                        "--device-flops/--device-bandwidth override them; README)")
     p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
     p.add_argument("--method", default=DEFAULT_METHOD,
                    help=f"optimizer (default: {DEFAULT_METHOD}, the best of the project at "

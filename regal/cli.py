@@ -155,12 +155,49 @@ def _fit_search(problem, budget, seed):
                                      cap=cap, progress=progress)
 
 
+def _device_speeds(args) -> dict:
+    """DeviceSpec's speed fields from --device-preset, --device-flops (TFLOP/s) and
+    --device-bandwidth (GB/s): each one value for every device or one per device; an
+    explicit flag overrides the presets' value of its field. A bad count or an unknown
+    preset is a ValueError naming the flag."""
+    from regal.sim.speeds import GBPS, TFLOPS, preset
+
+    count = args.devices
+
+    def per_device(flag: str, values, what: str) -> list:
+        values = values if isinstance(values, list) else [values]
+        if len(values) not in (1, count):
+            raise ValueError(f"{flag}: expected one {what} or {count} (one per device), "
+                             f"got {len(values)}")
+        return values * count if len(values) == 1 else values
+
+    fields = {}
+    names = getattr(args, "device_preset", None)
+    if names is not None:
+        names = per_device("--device-preset", names, "name")
+        try:
+            found = [preset(name) for name in names]
+        except ValueError as exc:
+            raise ValueError(f"--device-preset: {exc}") from None
+        fields = {"flops": [p.flops for p in found],
+                  "memory_bandwidth": [p.memory_bandwidth for p in found],
+                  "presets": [p.name for p in found]}
+    for flag, field, unit, value in (
+            ("--device-flops", "flops", TFLOPS, getattr(args, "device_flops", None)),
+            ("--device-bandwidth", "memory_bandwidth", GBPS,
+             getattr(args, "device_bandwidth", None))):
+        if value is not None:
+            fields[field] = [x * unit for x in per_device(flag, value, "number")]
+    return fields
+
+
 def cmd_optimize(args) -> int:
     from tqdm import tqdm
 
     from regal import optimizers
     from regal.io.sources import load_graph_or_model
     from regal.sim import DeviceSpec
+    from regal.sim.speeds import check_speeds
 
     method = optimizers.get_method(args.method)  # an unknown method fails before the graph
     options = {}
@@ -176,6 +213,7 @@ def cmd_optimize(args) -> int:
     if isinstance(args.memory_limit, list) and len(args.memory_limit) != args.devices:
         raise ValueError(f"--memory-limit: expected one size or {args.devices} sizes (one per "
                          f"device), got {len(args.memory_limit)}")
+    speeds = _device_speeds(args)  # a bad preset or count fails before the graph is read
     if args.init is not None and not _takes(method, "initial"):
         raise ValueError(f"--init: method {args.method!r} takes no warm start "
                          "(brkga and local-search do)")
@@ -197,7 +235,11 @@ def cmd_optimize(args) -> int:
                                  num_devices=args.devices)
     links = {name: value for name, value in (("bandwidth", args.bandwidth),
                                               ("latency", args.latency)) if value is not None}
-    devices = DeviceSpec(args.devices, memory_limit=args.memory_limit, **links)
+    devices = DeviceSpec(args.devices, memory_limit=args.memory_limit, **links, **speeds)
+    try:
+        check_speeds(graph, devices)  # a graph without FLOP counts cannot take speeds
+    except ValueError as exc:
+        raise ValueError(f"{args.graph}: {exc}") from None
     problem = optimizers.Problem(graph, devices, args.objective)
     if args.init is not None:
         from regal.io.solution import read_solution_file
@@ -239,6 +281,13 @@ def cmd_optimize(args) -> int:
     if not solution.feasible and not args.no_fit_search:
         fit = _fit_search(problem, budget, args.seed)
     print(f"{args.graph}: {graph.num_nodes:,} ops on {devices.count} devices")
+    if devices.has_speeds:
+        from regal.sim.speeds import describe_speed
+        names = devices.presets or ()
+        print("device speeds: " + "; ".join(
+            f"{k}: {names[min(k, len(names) - 1)] + ' ' if names else ''}"
+            f"{describe_speed(devices.flops and devices.flops[k], devices.memory_bandwidth and devices.memory_bandwidth[k])}"
+            for k in range(devices.count)))
     print("\n".join(optimizers.describe(problem, solution, references, fit=fit)))
     if solution.extra.get("stopped_by") == "time_limit":
         print(f"stopped at the time limit ({args.time_limit:g} s)")

@@ -93,7 +93,6 @@ def smallest_device_count(problem: Problem, budget: int = FIT_BUDGET, seed: int 
     limits. `progress(count)` is called before each count is searched."""
     from regal import optimizers
     from regal.bounds import lower_bound, op_working_sets
-    from regal.sim import DeviceSpec
 
     spec, graph = problem.devices, problem.graph
     if spec.limits is None:
@@ -120,8 +119,8 @@ def smallest_device_count(problem: Problem, budget: int = FIT_BUDGET, seed: int 
         if bound.value > fit.limit:
             fit.tried.append(Tried(d, "proven", bound))
             continue
-        devices = DeviceSpec(d, memory_limit=_limits(problem, d).tolist(),
-                             bandwidth=spec.bandwidth, latency=spec.latency)
+        # the links and speeds carried over (extra devices as slow as the slowest)
+        devices = spec.with_count(d, memory_limit=_limits(problem, d).tolist())
         # minimise the highest peak: a fit ranks ahead of every misfit, and its value is at
         # most the largest limit (regal.sim.objective_values)
         sub = Problem(graph, devices, "peak_memory")

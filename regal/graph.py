@@ -66,6 +66,11 @@ class ComputationGraph(NamedTuple):
     # placement constraints (docs/design.md §3): ops of one colocation group run on one device
     colocation: np.ndarray         # [n] int32 group leader = lowest op id of v's group (a free op: v)
     pinned: np.ndarray             # [n] int32 device the group is pinned to, or -1 (same on every member)
+    # the cost model's inputs, kept by the TensorFlow importer so an op can be timed on devices
+    # of other speeds (regal.sim.speeds); None for CostGraphDefs, synthetic and older graphs.
+    # Not part of fingerprint(): compute_cost already holds them at the reference speeds.
+    op_flops: np.ndarray | None = None  # [n] float64 FLOP estimate
+    op_bytes: np.ndarray | None = None  # [n] float64 bytes read and written
 
     # -- sizes -------------------------------------------------------------
     @property
@@ -153,7 +158,9 @@ class ComputationGraph(NamedTuple):
         return int(self.levels().max()) + 1
 
     def fingerprint(self) -> str:
-        """A stable hash of everything that defines the graph (solutions record it)."""
+        """A stable hash of everything that defines the graph (solutions record it); the
+        cost model's counts (op_flops, op_bytes) are left out, so keeping them changed no
+        stored key."""
         h = hashlib.sha256()
         h.update("\0".join(self.names.tolist()).encode())
         for field in ("compute_cost", "temporary_memory", "persistent_memory",
@@ -177,8 +184,10 @@ class ComputationGraph(NamedTuple):
                 f"data_edges={self.num_data_edges}, control_edges={self.num_control_edges})")
 
     def equals(self, other: "ComputationGraph") -> bool:
-        """Field-by-field array equality (NamedTuple's == would compare arrays elementwise)."""
-        return all(np.array_equal(a, b) for a, b in zip(self, other))
+        """Field-by-field array equality (NamedTuple's == would compare arrays elementwise);
+        an absent field (None) equals only an absent one."""
+        return all((a is None and b is None) if a is None or b is None else np.array_equal(a, b)
+                   for a, b in zip(self, other))
 
 
 # ---------------------------------------------------------------------------
@@ -306,6 +315,8 @@ def build_graph(
     control_dst=(),
     colocation=None,
     pinned=None,
+    op_flops=None,
+    op_bytes=None,
 ) -> ComputationGraph:
     """Validate raw arrays and derive the adjacency; raises `GraphError` on bad input.
 
@@ -314,6 +325,8 @@ def build_graph(
     `colocation` (leader of each op's group, the lowest id in it; default: every op free)
     and `pinned` (device of each op's group or -1; default: none) are in canonical form,
     as `group_leaders` makes them; `check_constraints` says what is enforced.
+    `op_flops` and `op_bytes` (the cost model's FLOP and byte counts per op) come together
+    or not at all.
     """
     names_arr = np.asarray(list(names), dtype=str)
     n = len(names_arr)
@@ -422,6 +435,17 @@ def build_graph(
                   np.int64, n, "op")
     pins = _as("pinned", np.full(n, -1) if pinned is None else pinned, np.int64, n, "op")
     check_constraints(names_arr, leaders, pins)
+    if (op_flops is None) != (op_bytes is None):
+        raise GraphError("fields 'op_flops' and 'op_bytes': give both or neither")
+    counts = {}
+    if op_flops is not None:
+        for field, values in (("op_flops", op_flops), ("op_bytes", op_bytes)):
+            arr = _as(field, values, np.float64, n, "op")
+            bad = ~(np.isfinite(arr) & (arr >= 0))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise GraphError(f"op {op(i)}: {field} must be a finite number >= 0, got {arr[i]}")
+            counts[field] = _ro(arr)
 
     return ComputationGraph(
         names=_ro(names_arr), op_types=_ro(types), compute_cost=_ro(cost),
@@ -433,7 +457,7 @@ def build_graph(
         control_pred=_ro(control_pred), consumer_ptr=_ro(consumer_ptr), consumer=_ro(consumer),
         succ_ptr=_ro(succ_ptr), succ=_ro(succ), pred_ptr=_ro(pred_ptr), pred=_ro(pred),
         topo_order=_ro(topo), colocation=_ro(leaders.astype(np.int32)),
-        pinned=_ro(pins.astype(np.int32)),
+        pinned=_ro(pins.astype(np.int32)), **counts,
     )
 
 

@@ -30,6 +30,7 @@ class GraphBuilder:
         self._control: list[tuple[int, int]] = []
         self._colocated: list[tuple[int, int]] = []
         self._pins: dict[int, int] = {}
+        self._counts: dict[int, tuple[float, float]] = {}  # op -> (FLOPs, bytes)
 
     def __len__(self) -> int:
         return len(self._names)
@@ -73,6 +74,11 @@ class GraphBuilder:
         """Ops `a` and `b` (and their groups) must run on one device."""
         self._colocated.append((a, b))
 
+    def set_counts(self, op: int, flops: float, nbytes: float) -> None:
+        """The cost model's FLOP and byte counts of `op` (regal.sim.speeds); once any op has
+        them, the graph keeps them for every op (0 for the others)."""
+        self._counts[op] = (float(flops), float(nbytes))
+
     def pin(self, op: int, device: int) -> None:
         """Op `op`'s whole colocation group runs on `device`."""
         self._pins[op] = device
@@ -113,10 +119,16 @@ class GraphBuilder:
                     raise GraphError(f"colocation names a missing op ({v})")
         leaders = group_leaders(n, self._colocated)
         pinned = spread_pins(self._names, leaders, self._pins)
+        counts = {}
+        if self._counts:
+            flops, nbytes = np.zeros(n), np.zeros(n)
+            for v, (f, b) in self._counts.items():
+                flops[v], nbytes[v] = f, b
+            counts = {"op_flops": flops, "op_bytes": nbytes}
         return build_graph(
             names=self._names, op_types=self._types, compute_cost=self._cost,
             temporary_memory=self._temp, persistent_memory=self._pers, is_final=self._final,
             tensor_producer=producer, tensor_size=sizes, tensor_alias=alias,
             input_ptr=input_ptr, input_tensor=np.asarray(input_tensor, dtype=np.int64),
-            control_src=csrc, control_dst=cdst, colocation=leaders, pinned=pinned,
+            control_src=csrc, control_dst=cdst, colocation=leaders, pinned=pinned, **counts,
         )

@@ -71,16 +71,33 @@ def one_device(problem: Problem) -> Solution:
     """What running the whole graph on one device gives: the yardstick `regal optimize`
     prints beside its answer. The user's pins are dropped (one device holds every op anyway)
     and the device is the roomiest, so neither a pin nor a small device changes the
-    yardstick; `feasible` says whether the graph fits that device's limit."""
-    graph = problem.graph
+    yardstick; `feasible` says whether the graph fits that device's limit. With device speeds
+    it runs at the fastest device's (the least total op time, `regal.sim.speeds`); when the
+    speeds differ, `extra["fastest_device"]` names it and `describe` says so."""
+    import dataclasses
+
+    from regal.sim.speeds import fastest_device
+
+    graph, devices = problem.graph, problem.devices
     if graph.has_pins:
         graph = graph._replace(pinned=np.full(graph.num_nodes, -1, np.int32))
-    limits = problem.devices.limits
-    alone = DeviceSpec(1, None if limits is None else int(limits.max()),
-                       problem.devices.bandwidth, problem.devices.latency)
+    limits = devices.limits
+    limit = None if limits is None else int(limits.max())
+    if devices.has_speeds:
+        k = fastest_device(problem.graph, devices)
+        alone = dataclasses.replace(devices.with_count(1, limit),
+                                    flops=devices.flops and devices.flops[k],
+                                    memory_bandwidth=devices.memory_bandwidth
+                                    and devices.memory_bandwidth[k])
+    else:
+        alone = DeviceSpec(1, limit, devices.bandwidth, devices.latency)
     priority = _topological_priority(graph)
-    return scored(Problem(graph, alone, problem.objective),
-                  np.zeros(graph.num_nodes, np.int32), priority, priority, method="one-device")
+    found = scored(Problem(graph, alone, problem.objective),
+                   np.zeros(graph.num_nodes, np.int32), priority, priority, method="one-device")
+    if len(set(zip(devices.flops or [None] * devices.count,
+                   devices.memory_bandwidth or [None] * devices.count))) > 1:
+        found.extra["fastest_device"] = k
+    return found
 
 
 def reference_solutions(problem: Problem) -> list[Solution]:

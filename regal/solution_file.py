@@ -28,6 +28,21 @@ def execution_order(problem: Problem, solution: Solution) -> np.ndarray:
     return order
 
 
+def _speeds_record(devices) -> dict:
+    """The devices' speeds for solution.json, only when set (a file without them reads as
+    devices at the cost model's reference speed): `flops` FLOP/µs and `memory_bandwidth`
+    bytes/µs per device (the device's own memory; `bandwidth` is the link), and the presets
+    they came from."""
+    if not devices.has_speeds:
+        return {}
+    record = {"flops": None if devices.flops is None else list(devices.flops),
+              "memory_bandwidth": None if devices.memory_bandwidth is None
+              else list(devices.memory_bandwidth)}
+    if devices.presets is not None:
+        record["presets"] = list(devices.presets)
+    return record
+
+
 def solution_record(problem: Problem, solution: Solution, budget: int,
                     source: str | None = None, imported: ComputationGraph | None = None) -> dict:
     """The content of solution.json: op name -> device and order, plus provenance.
@@ -50,7 +65,8 @@ def solution_record(problem: Problem, solution: Solution, budget: int,
         "devices": {"count": devices.count,
                     "memory_limit": None if devices.memory_limit is None
                     else list(devices.memory_limit),
-                    "bandwidth": devices.bandwidth, "latency": devices.latency},
+                    "bandwidth": devices.bandwidth, "latency": devices.latency,
+                    **_speeds_record(devices)},
         "objective": problem.objective,
         "method": solution.method,
         "budget": budget,

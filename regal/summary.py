@@ -47,9 +47,13 @@ def describe(problem: Problem, solution: Solution, references: list[Solution],
     lines = [f"method {solution.method}, seed {solution.seed}: {solution.evaluations:,} "
              f"evaluations in {solution.wall_time:.1f} s, objective {objective}"]
 
+    # devices of unequal speeds: the yardstick is the fastest device (`optimizers.one_device`)
+    which = "" if one is None or one.extra.get("fastest_device") is None else \
+        f" (the fastest, device {one.extra['fastest_device']})"
+
     def against_one(value: float, reference: float, human) -> str:
         change = format_change(value, reference)
-        return f" ({change + ' ' if change else ''}vs one device {human(reference)})"
+        return f" ({change + ' ' if change else ''}vs one device{which} {human(reference)})"
 
     highest = max(solution.peak, default=0)
     peak_lines = [f"peak memory {_bytes(highest)}"

@@ -75,14 +75,20 @@ def _static_structure(graph, placement):
 
 
 def reference_simulate(graph, count, memory_limit, bandwidth, latency, placement, priority,
-                       transfer_priority) -> dict:
-    """Simulate one placement + schedule; returns dict(peak=list[int], makespan, feasible)."""
+                       transfer_priority, durations=None) -> dict:
+    """Simulate one placement + schedule; returns dict(peak=list[int], makespan, feasible).
+
+    `durations` [count][n]: op v's time on device k (device speeds, [R3]); default its
+    compute_cost on every device."""
     n = graph.num_nodes
     s = _static_structure(graph, placement)
     producer, size, dev = s["producer"], s["size"], s["dev"]
     consumers, inputs, control_preds = s["consumers"], s["inputs"], s["control_preds"]
     copy_bytes, holders = s["copy_bytes"], s["holders"]
-    cost = [float(c) for c in graph.compute_cost]
+    if durations is None:
+        cost = [float(c) for c in graph.compute_cost]
+    else:  # [R3] with device speeds: the op's time on the device it is placed on
+        cost = [float(durations[dev[v]][v]) for v in range(n)]
     prio = [float(p) for p in priority]
     tprio = [float(p) for p in transfer_priority]
     duration_of_transfer = {T: float(latency) + float(size[T]) / float(bandwidth)
@@ -179,7 +185,7 @@ def reference_simulate(graph, count, memory_limit, bandwidth, latency, placement
                     continue
                 v = min(ready, key=lambda u: (-prio[u], u))  # [R3] highest priority, then lower id
                 not_started_ops.remove(v)
-                finish = now + cost[v]  # [R3] duration = compute_cost
+                finish = now + cost[v]  # [R3] duration = compute_cost (or its time on k)
                 running_op[k] = (v, finish)
                 finish_times.append(finish)
                 allocate(k, int(graph.temporary_memory[v]))  # [R4] temporary memory

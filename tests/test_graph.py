@@ -72,6 +72,9 @@ def test_diamond_summary():
 def test_arrays_are_read_only_and_typed():
     g = diamond()
     for name, arr in zip(g._fields, g):
+        if arr is None:  # the cost model's counts (op_flops, op_bytes) are optional
+            assert name in ("op_flops", "op_bytes")
+            continue
         assert not arr.flags.writeable, name
         assert arr.flags.c_contiguous, name
     assert g.compute_cost.dtype == np.float64 and g.tensor_size.dtype == np.int64

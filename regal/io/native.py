@@ -6,7 +6,11 @@ derived adjacency is not stored: loading re-validates everything through
 file rather than handing a broken graph to the simulator.
 
 Versions: 2 added `colocation` and `pinned` (placement constraints, always written);
-version 1 files, which lack them, still read, as graphs without constraints.
+version 1 files, which lack them, still read, as graphs without constraints. Optional in
+version 2: `op_flops` and `op_bytes` (both or neither), the cost model's counts the
+TensorFlow importer keeps for device speeds; written only when the graph has them, so a
+file without them (every file written before they existed) reads as a graph without counts,
+and a reader that predates them skips them (they change no fingerprint).
 
 Memory: numpy allocates what a member's `.npy` header declares before reading a byte, and a
 deflated member of zeros unpacks 1000-fold, so every member is checked from its zip and `.npy`
@@ -50,7 +54,10 @@ _KIND_V2 = {  # version 2 adds the placement constraints (version 1: none)
     "colocation": ("iu", np.int32),   # [n] leader (lowest op id) of each op's group
     "pinned": ("i", np.int32),        # [n] device of each op's group, or -1
 }
-_ARRAYS = {"format_version", *_KIND, *_KIND_V2}  # the members read; any other is skipped
+_OPTIONAL = {  # version 2, present or not: the cost model's counts (both or neither)
+    "op_flops": ("fiu", np.float64), "op_bytes": ("fiu", np.float64),
+}
+_ARRAYS = {"format_version", *_KIND, *_KIND_V2, *_OPTIONAL}  # read; any other is skipped
 # entries of each fixed-length array: (what one entry stands for, entries beyond one each);
 # the arrays of _SIZED_BY are as long as the last entry of their offsets array says
 _COUNTS = {
@@ -58,6 +65,7 @@ _COUNTS = {
     "names_offsets": ("op", 1), "op_types_offsets": ("op", 1), "input_ptr": ("op", 1),
     "compute_cost": ("op", 0), "temporary_memory": ("op", 0), "persistent_memory": ("op", 0),
     "is_final": ("op", 0), "colocation": ("op", 0), "pinned": ("op", 0),
+    "op_flops": ("op", 0), "op_bytes": ("op", 0),
     "tensor_producer": ("tensor", 0), "tensor_size": ("tensor", 0), "tensor_alias": ("tensor", 0),
     "control_src": ("control edge", 0), "control_dst": ("control edge", 0),
 }
@@ -95,6 +103,8 @@ def graph_to_arrays(graph: ComputationGraph) -> dict[str, np.ndarray]:
     names_utf8, names_offsets = _pack_strings(graph.names.tolist())
     types_utf8, types_offsets = _pack_strings(graph.op_types.tolist())
     n = graph.num_nodes
+    counts = {} if graph.op_flops is None else {"op_flops": graph.op_flops,
+                                                 "op_bytes": graph.op_bytes}
     return {
         "format_version": np.array(FORMAT_VERSION, dtype=np.int64),
         "names_utf8": names_utf8, "names_offsets": names_offsets,
@@ -106,7 +116,7 @@ def graph_to_arrays(graph: ComputationGraph) -> dict[str, np.ndarray]:
         "input_tensor": graph.input_tensor,
         "control_src": graph.control_pred,
         "control_dst": np.repeat(np.arange(n, dtype=np.int32), np.diff(graph.control_ptr)),
-        "colocation": graph.colocation, "pinned": graph.pinned,
+        "colocation": graph.colocation, "pinned": graph.pinned, **counts,
     }
 
 
@@ -120,7 +130,9 @@ def arrays_to_graph(arrays) -> ComputationGraph:
         raise GraphError(f"unsupported format_version {version.tolist()!r} "
                          f"(this reader knows {', '.join(map(str, _READABLE_VERSIONS))})")
     a = {}
-    for field, (kinds, dtype) in {**_KIND, **(_KIND_V2 if int(version) >= 2 else {})}.items():
+    optional = {f: kd for f, kd in _OPTIONAL.items() if f in arrays and int(version) >= 2}
+    for field, (kinds, dtype) in {**_KIND, **(_KIND_V2 if int(version) >= 2 else {}),
+                                  **optional}.items():
         if field not in arrays:
             raise GraphError(f"missing array {field!r}")
         arr = np.asarray(arrays[field])
@@ -146,6 +158,7 @@ def arrays_to_graph(arrays) -> ComputationGraph:
         input_ptr=a["input_ptr"], input_tensor=a["input_tensor"],
         control_src=a["control_src"], control_dst=a["control_dst"],
         colocation=a.get("colocation"), pinned=a.get("pinned"),
+        op_flops=a.get("op_flops"), op_bytes=a.get("op_bytes"),
     )
 
 

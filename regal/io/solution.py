@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 __all__ = ["read_solution_file", "check_solution_record", "check_device_format",
-           "MAX_SOLUTION_DEVICES"]
+           "solution_devices", "MAX_SOLUTION_DEVICES"]
 
 MAX_SOLUTION_DEVICES = 256  # the device cap of every command (regal.harness.MAX_DEVICES)
 
@@ -67,6 +67,18 @@ def check_solution_record(record, label: str = "solution") -> None:
         if value is not None and not (_is_number(value) and value > least and value >= 0):
             raise ValueError(f"{label}: 'devices': {key!r}: expected a finite number {word} "
                              f"or null, got {value!r:.40}")
+    for key, unit in (("flops", "FLOP/us"), ("memory_bandwidth", "bytes/us")):
+        values = devices.get(key)  # device speeds: absent in files written before them
+        if values is not None and not (isinstance(values, list) and len(values) == count
+                                       and all(_is_number(x) and x > 0 for x in values)):
+            raise ValueError(f"{label}: 'devices': {key!r}: expected null or a list of "
+                             f"{count} finite numbers of {unit} > 0 (one per device), got "
+                             f"{values!r:.60}")
+    names = devices.get("presets")
+    if names is not None and not (isinstance(names, list) and len(names) in (1, count)
+                                  and all(isinstance(x, str) for x in names)):
+        raise ValueError(f"{label}: 'devices': 'presets': expected null or a list of preset "
+                         f"names, got {names!r:.60}")
     result = record.get("result", {})
     peak = result.get("peak", []) if isinstance(result, dict) else None
     if not isinstance(peak, list) or not all(_is_int(p) and 0 <= p < 2**63 for p in peak):
@@ -78,6 +90,19 @@ def check_solution_record(record, label: str = "solution") -> None:
                          f"got {ops!r:.40}")
     for name, row in ops.items():
         check_op_entry(label, name, row, count)
+
+
+def solution_devices(record: dict, count: int | None = None):
+    """The `regal.sim.DeviceSpec` a checked solution record was solved for, links and speeds
+    included (memory limits left out: a run measures, it does not enforce them), on `count`
+    devices (default the record's; `DeviceSpec.with_count` resizes per-device speeds)."""
+    from regal.sim import DeviceSpec
+
+    spec = record.get("devices", {})
+    kwargs = {k: spec[k] for k in ("bandwidth", "latency", "flops", "memory_bandwidth",
+                                    "presets") if spec.get(k) is not None}
+    devices = DeviceSpec(spec["count"], **kwargs)
+    return devices if count is None or count == devices.count else devices.with_count(count)
 
 
 def check_op_entry(label: str, name, row, count: int) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf  # loaded by regal.measure's __init__, quietly and with Keras 2
 
 from regal.graph import ComputationGraph, GraphError, group_leaders
-from regal.io.solution import check_solution_record, read_solution_file
+from regal.io.solution import check_solution_record, read_solution_file, solution_devices
 from regal.io.tensorflow import ImportedStep, colocation_pairs
 from regal.sim import DeviceSpec, trace
 
@@ -122,10 +122,8 @@ def place(step: ImportedStep, record: dict, devices: int | None = None) -> Place
     wanted = np.array([int(r["device"]) for r in rows], dtype=np.int32)
     priority = np.array([float(r["priority"]) for r in rows])
     transfer = np.array([float(r["transfer_priority"]) for r in rows])
-    spec = record.get("devices", {})
-    count = spec["count"] if devices is None else devices
-    kwargs = {k: spec[k] for k in ("bandwidth", "latency") if spec.get(k) is not None}
-    device_spec = DeviceSpec(count, **kwargs)
+    # the record's links and speeds (speeds resized when run on another device count)
+    device_spec = solution_devices(record, devices)
     roots = _colocation_groups(step.ops)
     placement = wanted.copy()
     groups: dict[int, list[int]] = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import tensorflow as tf  # loaded by regal.measure's __init__, quietly and with Keras 2
@@ -296,12 +296,14 @@ def measure(model, solution, devices: int | None = None, *, batch_size: int = 1,
         if name in replay["duration_us"]:
             measured_cost[v] = replay["duration_us"][name]
     measured_cost.setflags(write=False)
-    timed = simulate(graph._replace(compute_cost=measured_cost), placed.devices,
+    # measured times are the op's times on the devices it ran on: no counts, no speeds
+    timed_graph = graph._replace(compute_cost=measured_cost, op_flops=None, op_bytes=None)
+    timed = simulate(timed_graph, replace(placed.devices, flops=None, memory_bandwidth=None),
                      placed.placement, placed.priority, placed.transfer_priority)
     # logical CPUs share one memory: a "copy" between them is a pointer handed over at
     # once, so the sender's buffer is freed when its consumers there finish, not when a
     # modelled link has carried it (a few µs per MiB, against the model's µs-scale ops)
-    instant = simulate(graph._replace(compute_cost=measured_cost),
+    instant = simulate(timed_graph,
                        DeviceSpec(count, bandwidth=INSTANT_BANDWIDTH, latency=0.0),
                        placed.placement, placed.priority, placed.transfer_priority)
     misplaced = {}

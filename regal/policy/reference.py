@@ -194,7 +194,7 @@ def reference_for(graph: ComputationGraph, devices, objective: str = "peak_memor
 
     spec = as_device_spec(devices)
     limits = None if spec.memory_limit is None else tuple(int(x) for x in spec.limits)
-    key = (graph.fingerprint(), spec.count, limits, spec.bandwidth, spec.latency, objective)
+    key = (graph.fingerprint(), spec.count, limits, *spec.speed_key(), objective)
     if key not in _CACHE:
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))  # oldest first

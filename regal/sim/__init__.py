@@ -2,6 +2,7 @@
 
 `simulate` scores one solution, `evaluate` a whole population of chromosomes in parallel,
 `trace` records the schedule and memory curves. Rules: docs/design.md §4 as read by regal/sim/SIM_RULES.md.
+`regal.sim.speeds`: devices of other speeds (an op's time on each device, GPU presets).
 """
 
 from regal.sim.api import (OBJECTIVES, SimResult, Trace, evaluate, infeasible_offset,

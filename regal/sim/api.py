@@ -14,6 +14,7 @@ import numpy as np
 
 from regal.sim import kernel
 from regal.sim.devices import DeviceSpec
+from regal.sim.speeds import op_durations
 
 __all__ = ["OBJECTIVES", "SimResult", "Trace", "simulate", "evaluate", "trace",
            "infeasible_offset", "objective_values", "ranking_limits"]
@@ -25,8 +26,8 @@ _PREPARED_MAX = 8
 
 
 def _prepared(graph, devices: DeviceSpec) -> tuple:
-    """Static arrays for (graph, bandwidth, latency), cached for the last few graphs."""
-    key = (id(graph), devices.bandwidth, devices.latency)
+    """Static arrays for (graph, links, speeds), cached for the last few graphs."""
+    key = (id(graph), *devices.speed_key())
     hit = _PREPARED.get(key)
     if hit is not None and hit[0] is graph:
         _PREPARED.move_to_end(key)
@@ -45,12 +46,15 @@ def _check_devices(devices) -> DeviceSpec:
 
 
 def infeasible_offset(graph, devices: DeviceSpec) -> float:
-    """sum(compute_cost) + (d-1) * sum over tensors of (latency + size/bandwidth) (SIM_RULES 11).
+    """sum(compute_cost) + (d-1) * sum over tensors of (latency + size/bandwidth) (SIM_RULES 11);
+    with device speeds, each op's longest time on any device in place of its compute_cost.
 
     An upper bound on any list schedule's makespan, so infeasible solutions rank last.
     """
     transfers = devices.transfer_time(graph.tensor_size)
-    return float(np.sum(graph.compute_cost)) + (devices.count - 1) * float(np.sum(transfers))
+    durations = op_durations(graph, devices)
+    compute = graph.compute_cost if durations is None else durations.max(axis=0)
+    return float(np.sum(compute)) + (devices.count - 1) * float(np.sum(transfers))
 
 
 def ranking_limits(graph, devices: DeviceSpec, objective: str) -> np.ndarray | None:

@@ -61,6 +61,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from regal.sim.speeds import op_durations
+
 I32 = np.int32
 
 # Indices into the `counters` work array.
@@ -149,15 +151,23 @@ def prepare(graph, devices) -> tuple:
     op_rec[:, 7] = output_bytes
     op_rec = op_rec.reshape(-1)
 
+    # op v's time on device k is duration[k * stride + v], stride n when the devices have
+    # speeds ([d, n] flattened, SIM_RULES 3) and 0 otherwise (the [n] compute costs: one
+    # multiply-add per op start, no branch); last in the tuple, so the first 18 arrays are
+    # what they always were (experiments/cpp/sim_port.cpp reads them)
+    cost = np.ascontiguousarray(graph.compute_cost, dtype=np.float64)
+    per_device = op_durations(graph, devices)
+    duration = cost if per_device is None else np.ascontiguousarray(per_device.reshape(-1))
+
     return (
-        np.ascontiguousarray(graph.compute_cost, dtype=np.float64),
+        cost,
         np.ascontiguousarray(graph.persistent_memory, dtype=np.int64),
         producer, producer_bytes.astype(byte_type), size.astype(byte_type), forever,
         np.ascontiguousarray(transfer_time, dtype=np.float64),
         np.ascontiguousarray(graph.output_ptr, dtype=I32),
         consumer, edge_position, control_succ, wait0, alias_slot,
         edge_tensor, roots, num_outputs,
-        op_alias, op_rec,
+        op_alias, op_rec, duration,
     )
 
 
@@ -171,7 +181,7 @@ def _alloc_work(S, d, trace):
     its destination copy is copy t + that slot.
     """
     (cost, _, producer, producer_bytes, size, _, _, _,
-     consumer, _, _, _, _, edge_tensor, _, _, _, _) = S
+     consumer, _, _, _, _, edge_tensor, _, _, _, _, _) = S
     n = cost.shape[0]
     t = producer.shape[0]
     e = consumer.shape[0]
@@ -431,7 +441,7 @@ def _run(S, d, dev, prio, tprio, W, peak):
     """Simulates one individual; writes `peak` [d] and returns the makespan (-1 on a bug)."""
     (cost, pers, producer, producer_bytes, size, forever, transfer_time, output_ptr,
      consumer, edge_position, csucc, wait0, alias_slot, edge_tensor, roots, num_outputs,
-     op_alias, op_rec) = S
+     op_alias, op_rec, duration) = S
     wait, op_heap, op_heap_key, dev_off, dev_size, dev_busy, mark_t, mark_tr = W[0:8]
     tr_tensor, copy_dev, _, copy_state, next_reader, uin_copy = W[8:14]
     chan_off, chan_size, chan_heap, chan_heap_key, chan_busy, dirty_chan = W[14:20]
@@ -442,6 +452,7 @@ def _run(S, d, dev, prio, tprio, W, peak):
     n = cost.shape[_u(0)]
     t = producer.shape[_u(0)]
     dd = d * d
+    stride = n if duration.shape[_u(0)] != n else 0  # SIM_RULES 3: per-device durations
     counters[_u(0)] = 0
     counters[_u(1)] = 0
 
@@ -511,7 +522,7 @@ def _run(S, d, dev, prio, tprio, W, peak):
                 live[_u(k)] = x
                 peak[_u(k)] = max(peak[_u(k)], x)
                 _record(mem_t, mem_d, mem_v, counters, k, x, now)
-                _event_push(ev_time, ev_id, nev, now + cost[_u(v)], v)
+                _event_push(ev_time, ev_id, nev, now + duration[_u(k * stride + v)], v)
                 nev += 1
                 if tracing:
                     op_start[_u(v)] = now

@@ -147,8 +147,8 @@ def augment(graph: ComputationGraph, rng, scale: float = 0.2) -> ComputationGrap
         a.setflags(write=False)
         return a
 
-    return graph._replace(
-        tensor_size=ro(size),
+    return graph._replace(  # jittered costs no longer follow any FLOP counts: dropped
+        tensor_size=ro(size), op_flops=None, op_bytes=None,
         compute_cost=ro(jitter(graph.compute_cost).astype(np.float64)),
         temporary_memory=ro(jitter(graph.temporary_memory).astype(np.int64)),
         persistent_memory=ro(jitter(graph.persistent_memory).astype(np.int64)),

@@ -1,6 +1,6 @@
 """Static mode: the ops of a step -> ComputationGraph. One node per op, one tensor per
 output of its static bytes, data and control edges in canonical order, compute costs
-(`costs`), kernel scratch (`scratch`), variables' persistent memory, TensorFlow's
+(`costs`, with each op's FLOP and byte counts kept for device speeds), kernel scratch (`scratch`), variables' persistent memory, TensorFlow's
 colocation groups and in-place forwarding aliases (`forwarding`).
 
 * Variables: a variable op (VarHandleOp, VariableV2) keeps its node, with a 0-byte handle
@@ -118,8 +118,9 @@ def _static_graph(ops: list, fetches=(), *, forwarding: bool = True,
             costs[v] = 0.0
         else:
             moved = sum(sizes) + sum(_tensor_bytes(t) or 0 for t in op.inputs)
-            costs[v] = LAUNCH_US + max(_flops(op, out_dims) / FLOPS_PER_US,
-                                       moved / BYTES_PER_US)
+            flops = _flops(op, out_dims)
+            costs[v] = LAUNCH_US + max(flops / FLOPS_PER_US, moved / BYTES_PER_US)
+            builder.set_counts(v, flops, moved)  # to time it on other devices (sim.speeds)
     for name, value in persistent.items():
         builder._pers[ids[name]] = float(value)  # noqa: SLF001 - set after reader is known
     for v, c in costs.items():

@@ -17,9 +17,8 @@ from regal.io.tensorflow.ops import _dims, _numel
 # bytes = inputs + outputs read and written. The constants describe a V100-class GPU at
 # realistic (not peak) fp32 efficiency: 10 TFLOP/s sustained, 500 GB/s effective bandwidth,
 # and a 1 µs launch overhead. Bookkeeping ops (constants, handles, forwarding, shapes) cost 0.
-FLOPS_PER_US = 1.0e7
-BYTES_PER_US = 5.0e5
-LAUNCH_US = 1.0
+# They live in regal.sim.speeds (no TensorFlow there), which times ops on other devices.
+from regal.sim.speeds import BYTES_PER_US, FLOPS_PER_US, LAUNCH_US  # noqa: E402,F401
 
 
 def _in_dims(op, i: int) -> list[int]:
