@@ -37,6 +37,7 @@ from regal.report import markdown_table  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 from regal.sim.api import infeasible_offset  # noqa: E402
 from regal.arguments import parse_size  # noqa: E402
+from regal.bounds import lower_bound  # noqa: E402
 from regal.units import format_bytes  # noqa: E402
 
 SEARCHES = ("regal", "local-search")
@@ -117,18 +118,20 @@ def _run(args, writer, done: dict) -> list[dict]:
         one_peak, one_step = one_device_figures(graph)
         for count in args.devices:
             limit = args.limit or int(math.ceil(args.limit_factor * one_peak / count))
+            bound = int(lower_bound(graph, count).value)   # above the limit: nothing fits
             for method in args.methods:
                 for what in ("fit",) if args.fit_only else ("fit", "smallest"):
                     key = f"{path.name}|{count}|{method}|{what}|{args.time_limit}|{args.seed}" \
                         + (f"|{limit}" if args.limit else "")
                     if key in done:
-                        out.append(done[key])
+                        out.append(dict(done[key], lower_bound=bound))
                         continue
                     record = {"key": key, "graph": path.name, "ops": graph.num_nodes,
                               "devices": count, "method": method, "what": what,
                               "time_limit": args.time_limit, "seed": args.seed,
                               "one_device_peak": one_peak, "one_device_step_us": one_step,
-                              "limit": limit, "limit_factor": args.limit_factor}
+                              "limit": limit, "limit_factor": args.limit_factor,
+                              "lower_bound": bound}
                     if what == "fit":
                         record.update(placed_run(graph, method, DeviceSpec(count, limit),
                                                  "makespan", args.time_limit, args.seed))
@@ -173,7 +176,8 @@ def tables(records: list[dict]) -> str:
             rows.append([
                 graph.removesuffix(".npz"), f"{base['ops']:,}", str(count),
                 format_bytes(base["one_device_peak"]), format_bytes(base["limit"]), method,
-                "" if fit is None else ("yes" if fit["fits"] else "no"),
+                "" if fit is None else ("yes" if fit["fits"] else "no, proven"
+                                        if base.get("lower_bound", 0) > base["limit"] else "no"),
                 step if fit and fit["fits"] else (f"({step})" if step else ""),
                 ratio if fit and fit["fits"] else (f"({ratio})" if ratio else ""),
                 "" if fit is None or fit["first_fit_s"] is None else f"{fit['first_fit_s']:.1f}",
@@ -223,7 +227,8 @@ def main(argv=None) -> int:
             + (f"Per-device limit {format_bytes(args.limit)} for every graph; " if args.limit
                else f"Per-device limit = {args.limit_factor} x the one-device peak / devices; ")
             + f"time limit {args.time_limit:g} s per search run (one process); step in "
-            f"parentheses: the answer does not fit."
+            f"parentheses: the answer does not fit; \"no, proven\": the lower bound on any "
+            f"placement's highest peak (`regal.bounds`) is above the limit, so nothing fits."
             + ("" if args.fit_only else " Smallest limit: searches, the lowest peak found "
                "minimising peak memory; one-shot heuristics, bisection.")
             + " One-device figures: the whole graph in a topological order (breadth first: "

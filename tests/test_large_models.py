@@ -193,3 +193,24 @@ def test_microbatches_flag_errors_are_one_line(tmp_path, capsys):
     graph = str(REPO / "data" / "large" / "gpt2_small_train_b1.npz")
     assert main(["optimize", graph, "--devices", "2", "--training", "--microbatches", "2"]) == 2
     assert "apply only to a model" in capsys.readouterr().err
+
+
+def test_experiment_marks_a_limit_below_the_lower_bound_as_proven(tmp_path):
+    """A limit under `regal.bounds.lower_bound` is a row nothing can fit: the table says
+    "no, proven", and each record keeps the bound."""
+    from regal.bounds import lower_bound
+    from regal.io import save_graph
+    from regal.synth import generate
+
+    graph = generate("cnn", 60, 3, training=True)
+    path = tmp_path / "small_train_b1.npz"
+    save_graph(graph, path)
+    bound = int(lower_bound(graph, 2).value)
+    records = tmp_path / "records.jsonl"
+    done = _experiment("--files", str(path), "--devices", "2", "--time-limit", "1",
+                       "--fit-only", "--limit", str(bound - 1), "--methods", "m-topo",
+                       "--records", str(records), "--out", str(tmp_path / "table.md"))
+    assert done.returncode == 0, done.stderr
+    row = json.loads(records.read_text().splitlines()[0])
+    assert row["lower_bound"] == bound and not row["fits"]
+    assert "| m-topo | no, proven |" in (tmp_path / "table.md").read_text()
