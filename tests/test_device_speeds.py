@@ -4,6 +4,7 @@ presets, the simulator's per-device op times, m-ETF, the CLI flags and the solut
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from regal.sim import DeviceSpec, evaluate, infeasible_offset, simulate, trace
 from regal.sim.speeds import (BYTES_PER_US, FLOPS_PER_US, LAUNCH_US, PRESETS, fastest_device,
                               op_durations, preset)
 from helpers import random_graph, refused
+
+REPO = Path(__file__).resolve().parent.parent
 from sim_reference import reference_simulate
 
 
@@ -249,3 +252,20 @@ def test_speeds_on_a_graph_without_counts_exit_2_naming_it(tmp_path, capsys):
     err = refused(["optimize", str(path), "--devices", "2", "--budget", "10",
                    "--device-preset", "A100-80GB"], capsys, str(path))
     assert "import it from the TensorFlow model again" in err
+
+
+def test_the_shipped_real_graphs_keep_their_counts():
+    """data/real was imported with the counts: at the reference speeds they give each op's
+    compute_cost again, and a faster device runs the graph sooner."""
+    from regal.optimizers import Problem, one_device
+
+    graph = load_graph(str(REPO / "data" / "real" / "mobilenetv2_train_b1.npz"))
+    assert graph.op_flops is not None
+    durations = op_durations(graph, DeviceSpec(2, flops=FLOPS_PER_US,
+                                               memory_bandwidth=BYTES_PER_US))
+    assert np.allclose(durations, graph.compute_cost[None, :], rtol=1e-12, atol=1e-9)
+    slow = one_device(Problem(graph, DeviceSpec(1), "makespan"))
+    fast = one_device(Problem(graph, DeviceSpec(2, flops=[FLOPS_PER_US, 4 * FLOPS_PER_US],
+                                                memory_bandwidth=[BYTES_PER_US, 4 * BYTES_PER_US]),
+                              "makespan"))
+    assert fast.extra["fastest_device"] == 1 and fast.makespan < slow.makespan
