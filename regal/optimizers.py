@@ -229,6 +229,7 @@ METHODS: dict[str, Callable | str] = {
     "brkga": solve_brkga,
     "random": solve_random,
     "cpsat": "baselines.cpsat:solve",
+    "cpsat-lns": "baselines.cpsat.lns:solve",
     "gp-dfs": "baselines.gp_dfs:solve",
     "local-search": "baselines.local_search:solve",
     "tuned-brkga": "baselines.tuned_brkga:solve",

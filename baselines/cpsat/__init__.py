@@ -21,7 +21,9 @@ Modules, one job each:
   complete model assignment;
 - `run`: the time a call gets, and one model run within it (build, hint, solve between a
   deterministic limit and a wall-clock deadline, read the schedule back);
-- `bounds`: lower bounds on the simulated peak memory (`closed_form_bound`, `lower_bound`).
+- `bounds`: lower bounds on the simulated peak memory (`closed_form_bound`, `lower_bound`);
+- `lns`: the `cpsat-lns` method, large-neighbourhood search: windows of an incumbent's
+  schedule re-optimised by the same model with the rest fixed (graphs of any size).
 """
 
 from baselines.cpsat.bounds import closed_form_bound, lower_bound

@@ -101,6 +101,10 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
         raise ValueError(f"formulation: expected auto, sequence or cumulative, got "
                          f"{formulation!r}")
     graph, devices = problem.graph, problem.devices
+    if devices.has_speeds:
+        raise ValueError("cpsat: device speeds are not modelled (its intervals are each op's "
+                         "compute_cost, the reference device's); drop --device-flops, "
+                         "--device-bandwidth and --device-preset, or use another method")
     began = time.perf_counter()
     deadline = _deadline(float(time_limit), reproducible)
     fits = _model_fits(problem, time_limit)

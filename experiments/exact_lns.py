@@ -1,0 +1,218 @@
+"""The improving exact phase (issue 39 item 3): `cpsat-lns` run from the best-known stores'
+own solutions, and what it gains where the portfolio stalls.
+
+    NUMBA_NUM_THREADS=1 nohup .venv/bin/python experiments/exact_lns.py > runs/exact_lns.log 2>&1 &
+
+Sets, each at 2 and 4 devices, peak memory, from each key's stored best:
+- `large_net_train`: the large training steps of data/bestknown/large.jsonl (43,926 and 46,193
+  ops; regenerated from their recipe, `experiments/transfer.py` LARGE_SPLITS, a few seconds
+  each, and matched by fingerprint);
+- `real`: data/real (data/bestknown/real.jsonl);
+- `synth_test`: the first 20 graphs of the synthetic test split (data/bestknown/synth_test.jsonl,
+  regenerated from the recipe).
+
+Every key gets a fixed time (`--seconds-*`, wall seconds on one core: one CP-SAT worker and
+NUMBA_NUM_THREADS=1, so CPU seconds too). A value that beats the store is the simulator's
+score of the LNS's answer (`regal.optimizers.solve` re-scores it) and goes into the store
+through its own monotone merge (`Store.offer`, the key's bound kept), with the seconds
+spent (`Store.add_effort`). Each key's result is appended to `--results` as it finishes, so
+a killed run resumes where it stopped; the table (`--table`) is written from that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "experiments"))
+
+from regal.bestknown_store import Entry, Store, entry_key, load_store  # noqa: E402
+from regal.bounds import gap_to_bound  # noqa: E402
+from regal.optimizers import Problem, solve  # noqa: E402
+from regal.sim import DeviceSpec  # noqa: E402
+
+STORES = REPO / "data" / "bestknown"
+SETS = ("large_net_train", "real", "synth_test")
+DEVICES = (2, 4)
+SYNTH_GRAPHS = 20
+
+
+def _graphs(name: str):
+    """(graph name, graph, store file) of a set, one at a time."""
+    if name == "large_net_train":
+        import transfer
+        from regal import synth
+
+        recipe = transfer.large_split_recipes(2, transfer.FULL["large_ops"])[name]
+        for i in range(recipe.count):
+            yield f"{name}_{i:05d}", synth.graph_at(recipe, i), STORES / "large.jsonl"
+    elif name == "real":
+        from regal.io import load_graph
+
+        for path in sorted((REPO / "data" / "real").glob("*.npz")):
+            yield path.stem, load_graph(path), STORES / "real.jsonl"
+    elif name == "synth_test":
+        from regal import synth
+
+        recipe = synth.RECIPES["test"]
+        for i in range(SYNTH_GRAPHS):
+            yield f"test_{i:05d}", synth.graph_at(recipe, i), STORES / "synth_test.jsonl"
+    else:
+        raise ValueError(f"unknown set {name!r}")
+
+
+def _done(results: Path) -> dict:
+    done = {}
+    if results.exists():
+        for line in results.read_text().splitlines():
+            try:
+                row = json.loads(line)
+                done[(row["set"], row["graph"], row["devices"])] = row
+            except (ValueError, KeyError):
+                continue
+    return done
+
+
+def run(sets, seconds: dict, results: Path, write: bool, seed: int) -> None:
+    done = _done(results)
+    for set_name in sets:
+        for graph_name, graph, store_path in _graphs(set_name):
+            for d in DEVICES:
+                if (set_name, graph_name, d) in done:
+                    continue
+                key = entry_key(graph.fingerprint(), d, None, "peak_memory")
+                entry = load_store(store_path)[0].get(key)
+                if entry is None:
+                    print(f"{set_name} {graph_name} d={d}: no store entry, skipped", flush=True)
+                    continue
+                problem = Problem(graph, DeviceSpec(d), "peak_memory")
+                start = entry.solution(problem)
+                wall, cpu = time.perf_counter(), time.process_time()
+                found = solve("cpsat-lns", problem, None, seed, initial=start,
+                              time_limit=seconds[set_name])
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                stored, store_error = False, None
+                # a gain is the LNS's own: below the stored value and the stored solution's
+                # re-score today (they differ only if the simulator changed)
+                improved = found.value < min(entry.value, start.value)
+                if write and improved:
+                    try:
+                        store = Store(store_path)
+                        try:
+                            effort = store.effort.get(key, 0.0)
+                            stored = store.offer(Entry.from_solution(
+                                problem, found, graph=entry.graph, found_by="cpsat-lns",
+                                evaluations=entry.evaluations + found.evaluations,
+                                seconds=effort + cpu))
+                            store.add_effort(key, cpu)
+                        finally:
+                            store.close()
+                    except Exception as exc:  # another writer holds the store: say so
+                        store_error = str(exc)
+                row = {"set": set_name, "graph": graph_name, "devices": d,
+                       "ops": graph.num_nodes, "before": entry.value, "after": found.value,
+                       "start_rescored": start.value, "bound": entry.bound,
+                       "improved": improved, "stored": stored,
+                       "store_error": store_error,
+                       "seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
+                       "windows": found.extra.get("windows"),
+                       "windows_improved": found.extra.get("improved"),
+                       "windows_proven": found.extra.get("proven"),
+                       "window_size": found.extra.get("window_size"),
+                       "rules": found.extra.get("rules"), "evaluations": found.evaluations}
+                with results.open("a") as out:
+                    out.write(json.dumps(row) + "\n")
+                print(f"{set_name} {graph_name} d={d}: {entry.value:.6g} -> {found.value:.6g}"
+                      f" ({100 * (entry.value - found.value) / entry.value:.4f}%), "
+                      f"{found.extra.get('windows')} windows, {cpu:.0f} CPU-s", flush=True)
+
+
+def table(results: Path, seconds: dict, command: str) -> str:
+    rows = list(_done(results).values())
+    lines = ["# The improving exact phase: `cpsat-lns` from the best-known stores",
+             "",
+             f"Command: `{command}`",
+             "",
+             "Each key: `cpsat-lns` (baselines/cpsat/lns.py) started from the store's best, for a "
+             "fixed time on one core (one CP-SAT worker, NUMBA_NUM_THREADS=1): "
+             + ", ".join(f"{name} {s:g} s" for name, s in seconds.items())
+             + " per key; 2 s of CP-SAT per window. Improvement = (store - LNS) / store, "
+             "the simulator's values; certified gap = (value - bound) / bound, the store's "
+             "lower bound. Improvements were written into the stores through `Store.offer`. "
+             f"Keys took {sum(r['seconds'] for r in rows) / 60:.0f} min in all "
+             f"({sum(r['cpu_seconds'] for r in rows) / 60:.0f} CPU-min).",
+             "",
+             "| set | devices | ops | keys tried | keys improved | median improvement % | "
+             "max improvement % | median gap before % | median gap after % | "
+             "max gap closed (points) | windows per key |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for set_name in SETS:
+        for d in (*DEVICES, None):
+            mine = [r for r in rows if r["set"] == set_name and (d is None or r["devices"] == d)]
+            if not mine:
+                continue
+            gains = [100 * (r["before"] - r["after"]) / r["before"] for r in mine]
+            bounded = [r for r in mine if r["bound"]]
+            before = [100 * gap_to_bound(r["before"], r["bound"]) for r in bounded]
+            after = [100 * gap_to_bound(r["after"], r["bound"]) for r in bounded]
+            closed = max((b - a for b, a in zip(before, after)), default=0.0)
+            ops = [r["ops"] for r in mine]
+            lines.append(
+                f"| {set_name} | {d if d is not None else 'both'} | "
+                f"{min(ops):,}-{max(ops):,} | {len(mine)} | {sum(r['improved'] for r in mine)} | "
+                f"{statistics.median(gains):.4f} | {max(gains):.4f} | "
+                f"{statistics.median(before):.3f} | {statistics.median(after):.3f} | "
+                f"{closed:.4f} | {statistics.median(r['windows'] for r in mine):.0f} |"
+                if bounded else f"| {set_name} | {d} | | {len(mine)} | | | | | | | |")
+    improved = [r for r in rows if r["improved"]]
+    lines += ["", f"Keys improved: {len(improved)} of {len(rows)}; written into the stores: "
+              f"{sum(r['stored'] for r in rows)}.", ""]
+    if improved:
+        lines += ["| set | graph | devices | before | after | improvement % | gap before % | "
+                  "gap after % |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for r in sorted(improved, key=lambda r: (r["set"], r["graph"], r["devices"])):
+            gap = (lambda v: f"{100 * gap_to_bound(v, r['bound']):.3f}") if r["bound"] \
+                else (lambda v: "–")
+            lines.append(f"| {r['set']} | {r['graph']} | {r['devices']} | {r['before']:.6g} | "
+                         f"{r['after']:.6g} | {100 * (r['before'] - r['after']) / r['before']:.4f}"
+                         f" | {gap(r['before'])} | {gap(r['after'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
+    parser.add_argument("--seconds-large", type=float, default=60.0)
+    parser.add_argument("--seconds-real", type=float, default=15.0)
+    parser.add_argument("--seconds-synth", type=float, default=10.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-write", action="store_true", help="leave the stores alone")
+    parser.add_argument("--table-only", action="store_true",
+                        help="write the table from --results, run nothing")
+    parser.add_argument("--command", default=None,
+                        help="the command the table's header names (default: this one)")
+    parser.add_argument("--results", type=Path,
+                        default=REPO / "experiments" / "results" / "exact_lns.jsonl")
+    parser.add_argument("--table", type=Path,
+                        default=REPO / "experiments" / "results" / "exact_lns.md")
+    args = parser.parse_args()
+    seconds = {"large_net_train": args.seconds_large, "real": args.seconds_real,
+               "synth_test": args.seconds_synth}
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    if not args.table_only:
+        run(args.sets, seconds, args.results, not args.no_write, args.seed)
+    command = args.command or ("NUMBA_NUM_THREADS=1 .venv/bin/python experiments/exact_lns.py "
+                               + " ".join(sys.argv[1:])).strip()
+    text = table(args.results, {k: v for k, v in seconds.items() if k in args.sets}, command)
+    args.table.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
