@@ -475,8 +475,10 @@ def main(argv=None) -> int:
     regal_opts = {"policy_dir": policy_dir, "policy_hash": policy_hash, **polish}
     method_options = {"regal": regal_opts, "seeded-brkga": polish,
                       "regal-paper": {"policy_dir": policy_dir, "policy_hash": policy_hash},
-                      **({"cpsat": {"time_limit": cfg["cpsat_time"]}} if "cpsat" in methods
-                         else {})}
+                      "cpsat": {"time_limit": cfg["cpsat_time"]}}
+    # options of the methods this run runs only (--methods picks a subset)
+    method_options = {name: options for name, options in method_options.items()
+                      if name in methods or name == "regal"}
 
     # Table 1: every method, synthetic test split and real graphs
     harness.run_experiment(methods + ["regal"], datasets, out,
