@@ -271,8 +271,9 @@ LIMITS_REVISION = "limits-1"
 # methods whose own handling of limits was revised since, and their limits revision in its
 # place: "limits-2" = under a step-time objective, a pipeline whose BRKGA phase ends over the
 # limits climbs on peak memory to a fit before its step-time climbs
-# (`regal.search.pipeline.fit_first`; issue 41)
-METHOD_LIMITS_REVISIONS: dict[str, str] = {"regal": "limits-2", "seeded-brkga": "limits-2"}
+# (`regal.search.pipeline.fit_first`; issue 41); "limits-3" = when the peak climb from that
+# answer finds no fit, a second one afresh from the heuristic starts (issue 38, do no harm)
+METHOD_LIMITS_REVISIONS: dict[str, str] = {"regal": "limits-3", "seeded-brkga": "limits-3"}
 
 
 def method_revision(name: str, memory_limit=None) -> str:

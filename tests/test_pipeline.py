@@ -357,6 +357,23 @@ def test_without_the_reserve_the_race_misses_that_fit(monkeypatch):
     assert not found.feasible and "fit_first_evaluations" not in found.extra
 
 
+def test_a_fresh_peak_climb_fits_where_the_climb_from_the_misfit_cannot():
+    """Synthetic test graph 38 (53 ops) on 4 devices under 466 bytes each, `regal` seed 1:
+    every raced lineage ends over the limit and the peak climb from the race's answer stays
+    over it (a local optimum of peak memory too); the second climb of `fit_first`, afresh
+    from the heuristic starts, fits. Before it the answer was over the limit (step stretched
+    to 4,386 against the twin's 842)."""
+    from regal.synth.recipes import graph_at, recipe_named
+
+    graph = graph_at(recipe_named("test"), 38)
+    assert graph.num_nodes == 53
+    problem = Problem(graph, DeviceSpec(4, 466), "makespan")
+    found = solve("regal", problem, 5000, 1)
+    assert found.evaluations <= 5000
+    assert found.extra["fit_first_climbs"] == 2 and found.extra["fit_first_fits"]
+    assert found.feasible and max(found.peak) <= 466
+
+
 def test_the_reserve_goes_on_climbing_an_answer_that_fits(problem):
     """When the race fits, the reserve is one more climb from its answer: never worse, and the
     whole budget is spent."""
