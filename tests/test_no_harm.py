@@ -62,3 +62,32 @@ def test_bad_input_is_refused(tmp_path, capsys):
         with pytest.raises(SystemExit) as exc:
             script.main(full)
         assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_checks_a_method_against_another_than_brkga(tmp_path):
+    """`--against`: the pairs are (the other method, the method) on the same seeds, and the
+    cache keeps them apart from the BRKGA check's."""
+    script = experiment("no_harm")
+    folder, path, out = brkga_and_local_search_run(tmp_path, "synth", 20, 30, 3, seeds=2,
+                                                   budget=300)
+    records = out / "records.jsonl"
+    # BRKGA is behind local search here: below 0% against it
+    (key,) = script.suspects(records, "brkga", None, 0.0, 300, against="local-search")
+    assert key[-1] is None                                   # no memory limit: peak memory
+    assert script.suspects(records, "brkga", None, 0.0, 300, against="local-search",
+                           objective="makespan") == {}       # no runs under limits
+    table = tmp_path / "twin.md"
+    argv = ["--records", str(records), "--graphs", str(folder), "--method", "brkga",
+            "--against", "local-search", "--seeds", "2", "--budget", "300",
+            "--out", str(table)]
+    assert script.main(argv) == 0
+    problem = optimizers.Problem(load_graph(path), DeviceSpec(2))
+    pairs = [(optimizers.solve("local-search", problem, 300, s).value,
+              optimizers.solve("brkga", problem, 300, s).value) for s in range(2)]
+    text = table.read_text()
+    assert "brkga against local-search-0K" in text.splitlines()[0]
+    row = [line for line in text.splitlines() if line.startswith("| synth |")]
+    cells = [c.strip() for c in row[0].strip("|").split("|")]
+    assert cells[5] == f"{script.improvement(pairs):+.2f}%" and cells[8] == "yes"
+    rows = [json.loads(line) for line in table.with_suffix(".jsonl").read_text().splitlines()]
+    assert [r["against"] for r in rows] == ["local-search"] * 2

@@ -1,0 +1,62 @@
+"""experiments/equal_time.py: every method gets regal's seconds, the table's figures by hand,
+resuming, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import experiment, one_synthetic_graph
+
+
+def _row(graph, method, seed, value, seconds=1.0, evaluations=100):
+    return dict(set="s", graph=graph, devices=2, seed=seed, method=method, budget=5000,
+                seconds=seconds, value=value, evaluations=evaluations, wall_s=1.0, ops=10)
+
+
+def test_table_by_hand():
+    script = experiment("equal_time")
+    rows = [_row("a", "brkga", 0, 100.0), _row("a", "regal", 0, 90.0),
+            _row("a", "local-search", 0, 95.0),
+            _row("b", "brkga", 0, 200.0), _row("b", "regal", 0, 200.0),
+            _row("b", "local-search", 0, 190.0),
+            _row("a", "regal", 0, 1.0, seconds=None)]      # the untimed run: not in the table
+    text = script.table(rows, ["regal", "brkga", "local-search"])
+    cells = {line.split("|")[3].strip(): [c.strip() for c in line.strip("|").split("|")]
+             for line in text.splitlines() if line.startswith("| s |")}
+    # regal over BRKGA: +10 and 0 points -> mean +5.00, median +5.00
+    assert cells["regal"][4:6] == ["+5.00", "+5.00"]
+    # local search: +5 and +5; regal's lead: 100 x (95 - 90) / 95 = +5.263, (190 - 200) / 190
+    # = -5.263: mean 0, se = 5.263 * sqrt(2) / sqrt(2) = 5.26
+    assert cells["local-search"][4] == "+5.00"
+    assert cells["local-search"][6] == "+0.00 ± 5.26" and cells["local-search"][7] == "1 / 1"
+    assert "brkga" not in cells
+
+
+def test_every_method_gets_regals_seconds_and_resumes(tmp_path):
+    script = experiment("equal_time")
+    folder = tmp_path / "graphs"
+    folder.mkdir()
+    one_synthetic_graph(folder, 20, 30, 3)
+    records, out = tmp_path / "r.jsonl", tmp_path / "t.md"
+    argv = ["--graphs", str(folder), "--devices", "2", "--seeds", "1", "--budget", "300",
+            "--methods", "regal", "brkga", "local-search", "--records", str(records),
+            "--out", str(out)]
+    assert script.main(argv) == 0
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    (untimed,) = [r for r in rows if r["seconds"] is None]
+    timed = [r for r in rows if r["seconds"] is not None]
+    assert untimed["method"] == "regal" and untimed["evaluations"] <= 300
+    assert sorted(r["method"] for r in timed) == ["brkga", "local-search", "regal"]
+    assert all(r["seconds"] == untimed["wall_s"] for r in timed)
+    assert "| graphs | 2 | local-search | 1 |" in out.read_text()
+    assert script.main(argv) == 0                      # resumed: nothing runs again
+    assert len(records.read_text().splitlines()) == len(rows)
+
+
+def test_bad_input_is_refused(tmp_path, capsys):
+    script = experiment("equal_time")
+    assert script.main(["--graphs", str(tmp_path), "--records", str(tmp_path / "r.jsonl"),
+                        "--out", str(tmp_path / "t.md")]) == 2
+    assert str(tmp_path) in capsys.readouterr().err
