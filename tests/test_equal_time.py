@@ -4,8 +4,8 @@ resuming, bad input."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-import pytest
 
 from helpers import experiment, one_synthetic_graph
 
@@ -36,13 +36,12 @@ def test_table_by_hand():
 
 def test_every_method_gets_regals_seconds_and_resumes(tmp_path):
     script = experiment("equal_time")
-    folder = tmp_path / "graphs"
-    folder.mkdir()
-    one_synthetic_graph(folder, 20, 30, 3)
+    (tmp_path / "graphs").mkdir()
+    folder = Path(one_synthetic_graph(tmp_path / "graphs", 20, 30, 3)).parent
     records, out = tmp_path / "r.jsonl", tmp_path / "t.md"
-    argv = ["--graphs", str(folder), "--devices", "2", "--seeds", "1", "--budget", "300",
-            "--methods", "regal", "brkga", "local-search", "--records", str(records),
-            "--out", str(out)]
+    argv = ["--graphs", str(folder), "--devices", "2", "--seeds", "1", "--budget", "300"]
+    argv += ["--methods", "regal", "brkga", "local-search"]
+    argv += ["--records", str(records), "--out", str(out)]
     assert script.main(argv) == 0
     rows = [json.loads(line) for line in records.read_text().splitlines()]
     (untimed,) = [r for r in rows if r["seconds"] is None]
