@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from helpers import experiment, one_synthetic_graph
 
 
