@@ -447,6 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of each rollout's budget left to local search from BRKGA's "
                         "best, as in the regal method (without the fresh climbs from the "
                         "heuristics it races, which ignore the policy; default 0: BRKGA alone)")
+    p.add_argument("--race", action="store_true",
+                   help="each rollout runs the regal method's whole schedule (BRKGA's tenth, "
+                        "then its climb raced against the fresh climbs): the reward is the "
+                        "pipeline's final value")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(command="train")
 

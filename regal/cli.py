@@ -365,7 +365,7 @@ _TRAIN_FIELDS = ("train", "val", "steps", "budget", "devices", "objective", "gra
                  "samples", "learning_rate", "entropy_coef", "val_every", "val_graphs",
                  "checkpoint_minutes", "max_minutes", "workers", "ray", "seed", "learn",
                  "seeds_per_action", "pretrain_from", "pretrain_steps", "augment",
-                 "polish_share", "init_from")
+                 "polish_share", "race", "init_from")
 # what a resumed run may change (regal.train.RESUMABLE_FIELDS, as flags)
 _TRAIN_RESUMABLE = ("steps", "max_minutes", "workers", "ray", "checkpoint_minutes")
 

@@ -157,6 +157,28 @@ def test_a_rollout_with_a_polish_share_runs_as_the_regal_method_does():
             TrainConfig(train="train:2", val="valid:2", out="x", polish_share=bad)
 
 
+def test_a_rollout_with_race_runs_the_regal_methods_whole_schedule():
+    """`race`: BRKGA on its tenth, then the climb from its best raced against the fresh
+    climbs, as `seeded-brkga` runs with its default schedule (the reward is that value)."""
+    from regal.policy.reference import reference_for
+    from regal.train import run_rollout
+
+    graph = small_graph(40, seed=4)
+    problem = Problem(graph, DeviceSpec(3))
+    reference = reference_for(graph, DeviceSpec(3))
+    params = {"initial": reference.seeds, "spent": reference.evaluations, "race": True}
+    value = run_rollout(RolloutTask(graph, 3, 1000, 3, params=params))
+    assert value == solve("seeded-brkga", problem, 1000, 3).value
+    assert value != solve("seeded-brkga", problem, 1000, 3, fresh_climbs=0, race=()).value
+    config = TrainConfig(train="train:2", val="valid:2", out="x", race=True)
+    assert config.rollout_params(Policy(num_layers=1, hidden=8, seed=3).act(
+        graph, DeviceSpec(3), mode="greedy"))["race"] is True
+    with pytest.raises(ValueError, match="polish_share"):
+        TrainConfig(train="train:2", val="valid:2", out="x", race=True, polish_share=0.5)
+    with pytest.raises(ValueError, match="race"):
+        TrainConfig(train="train:2", val="valid:2", out="x", race="yes")
+
+
 def test_training_with_the_polish_logs_it_and_a_run_without_it_cannot_resume_with_it(tmp_path):
     result = train(tiny_config(tmp_path / "p", 2, polish_share=0.5))
     assert result["step"] == 2

@@ -94,6 +94,7 @@ def test_resume_out_form_changes_only_the_resumable_flags(runs, capsys):
     (["--no-elite-bias"], "--no-elite-bias"),
     (["--seed", "1"], "--seed"),
     (["--polish-share", "0.5"], "--polish-share"),
+    (["--race"], "--race"),
 ])
 def test_resume_refuses_flags_that_change_the_run(runs, capsys, flags, named):
     run = runs / "resumed"
@@ -150,7 +151,9 @@ def test_new_run_flags_map_onto_the_config_defaults(tmp_path, monkeypatch, capsy
     assert config.polish_share == 0.5 and config.init_from == "data/policy"
     assert config.devices == (3,) and config.learn_elite_bias is False
     assert config.progress is False and config.ray is True and config.max_minutes == 2.0
-    assert config.steps == 200 and config.budget == 1000
+    assert config.steps == 200 and config.budget == 1000 and config.race is False
+    assert main(["train", "--train", "t", "--val", "v", "--out", out, "--race"]) == 0
+    assert seen[-1][0].race is True
 
 
 def test_help_documents_resume(capsys):

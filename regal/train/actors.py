@@ -17,7 +17,8 @@ from regal.workers import Workers
 class RolloutTask:
     """One BRKGA run; `params` are `regal.search.pipeline.brkga_phase` keywords (empty =
     plain BRKGA) and, optionally, `polish_share`: that share of the budget goes to a climb
-    from BRKGA's best (`regal.search.pipeline.run_pipeline`, as the `regal` method runs)."""
+    from BRKGA's best (`regal.search.pipeline.run_pipeline`, as the `regal` method runs), or
+    `race`: the `regal` method's whole schedule (`DEFAULT_SCHEDULE`, fresh climbs and race)."""
 
     graph: ComputationGraph
     devices: int
@@ -33,15 +34,17 @@ def run_rollout(task: RolloutTask) -> float:
     the best objective found."""
     from regal.optimizers import Problem
     from regal.search.pipeline import run_pipeline
-    from regal.search.schedule import Schedule
+    from regal.search.schedule import DEFAULT_SCHEDULE, Schedule
     from regal.sim import DeviceSpec
 
     problem = Problem(task.graph, DeviceSpec(task.devices), task.objective)
     params = dict(task.params)
     share = float(params.pop("polish_share", 0.0))   # 0: BRKGA only, draw for draw
-    # no fresh climb from the heuristic starts: it would not depend on the policy's action
-    solution = run_pipeline(problem, task.budget, task.seed, params,
-                            schedule=Schedule(share, fresh_climbs=0, race=()),
+    # without `race` no fresh climb from the heuristic starts: alone it would not depend on
+    # the policy's action (with it, the race decides whether the action's basin counts)
+    schedule = DEFAULT_SCHEDULE if params.pop("race", False) \
+        else Schedule(share, fresh_climbs=0, race=())
+    solution = run_pipeline(problem, task.budget, task.seed, params, schedule=schedule,
                             population_size=task.population_size)
     return float(solution.value)
 

@@ -60,6 +60,10 @@ class TrainConfig:
     # share of each rollout's budget left to local search from BRKGA's best, as in the `regal`
     # method (without the fresh climbs it races, which ignore the policy); 0: BRKGA alone
     polish_share: float = 0.0
+    # the rollouts run the `regal` method's whole schedule (`DEFAULT_SCHEDULE`: BRKGA's tenth,
+    # then the climb from its best raced against the fresh climbs), so the reward is the
+    # pipeline's final value: an action pays only where its basin beats the fresh climbs'
+    race: bool = False
     init_from: str | None = None     # policy folder whose weights start a new run (fine-tuning)
     progress: bool = True
 
@@ -102,6 +106,11 @@ class TrainConfig:
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
         from regal.search.schedule import check_share
         check_share(self.polish_share, "polish_share", "the budget")
+        if not isinstance(self.race, bool):
+            raise ValueError(f"race: expected true or false, got {self.race!r}")
+        if self.race and self.polish_share:
+            raise ValueError("polish_share: race runs the regal method's own schedule; "
+                             "leave polish_share at 0")
         if not 0.0 <= float(self.uniform_mutant_fraction) <= 1.0:
             raise ValueError(f"uniform_mutant_fraction: expected a share in [0, 1], got "
                              f"{self.uniform_mutant_fraction!r}")
@@ -120,7 +129,7 @@ class TrainConfig:
         from regal.regal_method import search_params
 
         return dict(search_params(action, **self.search_kwargs()),
-                    polish_share=self.polish_share)
+                    polish_share=self.polish_share, race=self.race)
 
 
 def stored_config(out) -> dict:

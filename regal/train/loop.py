@@ -28,18 +28,19 @@ def _validate(policy, val: GraphSource, config: TrainConfig, actors, cache) -> f
     return float(np.mean(validation_rewards(
         policy, val, range(min(config.val_graphs, val.count)), config.devices, config.val_seeds,
         config.budget, actors, cache, config.objective, config.population_size,
-        polish_share=config.polish_share, **config.search_kwargs())))
+        polish_share=config.polish_share, race=config.race, **config.search_kwargs())))
 
 
 def validation_rewards(policy, val: GraphSource, indices, devices=(2, 4), seeds: int = 2,
                        budget: int = 1000, actors=None, cache=None, objective="peak_memory",
                        population_size: int = 100, seed_population: bool = True,
                        uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION,
-                       polish_share: float = 0.0) -> np.ndarray:
+                       polish_share: float = 0.0, race: bool = False) -> np.ndarray:
     """Greedy policy vs uniform BRKGA, `[graph, seed]` relative improvements: graph `i` of
     `val` on `devices[i % len(devices)]` devices with BRKGA seeds 1000.. (the measurement
     `train` logs as val_improvement; usable to compare any two stored policies). With
-    `polish_share` the policy's runs end with the local-search polish (BRKGA's do not)."""
+    `polish_share` the policy's runs end with the local-search polish (BRKGA's do not), with
+    `race` they run the `regal` method's whole schedule."""
     from regal.regal_method import search_params
     from regal.sim import DeviceSpec
 
@@ -50,7 +51,7 @@ def validation_rewards(policy, val: GraphSource, indices, devices=(2, 4), seeds:
         d = devices[i % len(devices)]
         action = policy.act(graph, DeviceSpec(d), mode="greedy", objective=objective)
         params = dict(search_params(action, seed_population, uniform_mutant_fraction),
-                      polish_share=polish_share)
+                      polish_share=polish_share, race=race)
         for s in range(seeds):
             jobs.append((graph, d, 1000 + s, params, budget, objective, population_size))
     rewards = rollout_rewards(actors or Workers(1), cache or BaselineCache(), jobs)
