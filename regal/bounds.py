@@ -1,6 +1,6 @@
 """Proven lower bounds on the peak-memory objective (max over devices of the simulated peak).
 
-`lower_bound(graph, devices)` takes the max of four arguments, each valid for EVERY placement
+`lower_bound(graph, devices)` takes the max of five arguments, each valid for EVERY placement
 that honours the graph's colocation groups and pins, and every priority order, under the rules
 of regal/sim/SIM_RULES.md ([Rn] below). Shared facts:
 
@@ -61,6 +61,20 @@ Arguments (bytes):
    before v; the least live bytes over each such set (an ideal of the DAG holding v's
    ancestors and none of its descendants) is a minimum s-t cut, one max flow per op, on as
    many ops as a work budget (or `time_limit`) allows. Its proof is that module's docstring.
+5. last_start: on every device k that runs an op, let v be the op that starts last there.
+   After v's allocations [R4] k holds, all at once and with no byte counted twice: the
+   persistent memory of every op on k [R1]; the new non-alias outputs without consumers of
+   every op on k, each allocated when its op started (all have: v is the last) and never freed
+   [R6]; and v's transient working set X(v) = its temporary memory + its new non-alias outputs
+   that have consumers + its inputs' copies (at least the F3 tree DP). The first two are the
+   end-state items of (2) without the alias-tree items, and are disjoint from X(v): persistent
+   memory is no tensor, an unconsumed tensor is never an input, and a tensor held forever by
+   an unconsumed alias is left out. So peak[k] >= L_k + X(v_k), L_k = k's share of those
+   items. Over the d' devices that run ops, the v_k are d' distinct ops, so with
+   x_1 <= x_2 <= ... the sorted X of all ops: max_k peak[k] >= (sum of the items + x_1 + ...
+   + x_d') / d' (the mean), taken at the worst d' in 1..d; and >= max_k L_k + x_1 >= the
+   packing bound of the items + x_1. Why: on graphs whose outputs are mostly never freed the
+   peak comes near the end, where each device also runs one last op on top of what it keeps.
 
 Cost: O(n + e) numpy work plus O(n * _COLUMNS / 64) for the bitsets and a Python loop over
 the (rare) ops that read two tensors of one alias tree; start_cut: a fixed budget of max-flow
@@ -88,6 +102,7 @@ _DESCRIBE = {
     "end_state": "persistent memory and never-freed outputs",
     "op_start": "everything live when one op starts",
     "start_cut": "least live when one op starts, over every set of ops started before it",
+    "last_start": "what a device keeps forever plus the working set of its last op",
 }
 
 
@@ -151,12 +166,14 @@ def lower_bound(graph, devices, extra: Mapping[str, object] | None = None,
     end_value, end_detail = _end_state(facts)
     start_value, start_op = _op_start(facts)
     cut_value, cut_op, tried = start_cut(facts, time_limit)
+    last_value, last_detail = _last_start(facts)
     components = {"working_set": working, "end_state": end_value, "op_start": start_value,
-                  "start_cut": cut_value}
+                  "start_cut": cut_value, "last_start": last_value}
     proven = {name: True for name in components}
     details = {"working_set": f"op {facts.name(working_op)}", "end_state": end_detail,
                "op_start": f"op {facts.name(start_op)}",
-               "start_cut": f"op {facts.name(cut_op)}, {tried} of {facts.n} ops tried"}
+               "start_cut": f"op {facts.name(cut_op)}, {tried} of {facts.n} ops tried",
+               "last_start": last_detail}
     for name, value in (extra or {}).items():
         if name in components:
             raise ValueError(f"extra: {name!r} is the name of a built-in argument")
@@ -383,6 +400,22 @@ def _alias_tree_items(f: _Facts) -> np.ndarray:
 def _end_state(f: _Facts) -> tuple[int, str]:
     items = np.concatenate([_end_items(f), _alias_tree_items(f)])
     return packing_bound(items, f.d), f"{int((items > 0).sum())} items on {f.d} devices"
+
+
+def _last_start(f: _Facts) -> tuple[int, str]:
+    """Argument 5 (see the module docstring); needs `_working_set` first (inputs_cost)."""
+    if f.n == 0:
+        return 0, "no ops"
+    consumed_new = np.where(f.consumed, f.new_output, 0)
+    transient = np.sort(f.inputs_cost + f.temporary
+                        + _segment_sum(consumed_new, f.graph.output_ptr))
+    items = _end_items(f)
+    total = int(items.sum())
+    prefix = np.cumsum(transient[:min(f.d, f.n)])
+    mean = min(-(-(total + int(prefix[used - 1])) // used) for used in range(1, len(prefix) + 1))
+    value = max(mean, packing_bound(items, f.d) + int(transient[0]))
+    return value, (f"{int((items > 0).sum())} kept items on {f.d} devices, the smallest last "
+                   f"working set {int(transient[0])}")
 
 
 def _levels(g) -> np.ndarray:

@@ -476,6 +476,38 @@ def test_start_cut_takes_the_cheaper_of_either_order():
     assert two.components["start_cut"] == 75 and two.value <= brute_force_optimum(graph, 2)
 
 
+def test_last_start_adds_the_last_ops_working_set_to_what_a_device_keeps():
+    """Three lone ops, each holding 100 persistent bytes and 20 temporary while it runs, on 2
+    devices: one device keeps two of them (200) and runs one more op last (+20) = 220, the
+    optimum; the end state packs only 200, a working set is 120."""
+    b = GraphBuilder()
+    for v in range(3):
+        b.add_op(f"op{v}", 1.0, persistent_memory=100, temporary_memory=20)
+    graph = b.build()
+    bound = lower_bound(graph, 2)
+    assert bound.components["last_start"] == 220 == brute_force_optimum(graph, 2)
+    assert bound.source == "last_start"
+    assert max(v for k, v in bound.components.items() if k != "last_start") == 200
+    # one device: all 300 kept, plus the last op's 20; three devices: one op each, 120
+    assert lower_bound(graph, 1).components["last_start"] == 320 == brute_force_optimum(graph, 1)
+    assert lower_bound(graph, 3).components["last_start"] == 120 == brute_force_optimum(graph, 3)
+
+
+def test_last_start_never_exceeds_the_optimum_and_sometimes_decides_it():
+    """Tiny graphs with never-freed outputs, groups, pins and aliases at 1-3 devices: the
+    argument alone is <= the exhaustive optimum, and it alone reaches it on some."""
+    rng = np.random.default_rng(5150)
+    alone = 0
+    for i in range(60):
+        d = [1, 2, 3][i % 3]
+        graph = _constrained_graph(rng, int(rng.integers(2, 5)), d)
+        optimum = brute_force_optimum(graph, d)
+        c = lower_bound(graph, d).components
+        assert c["last_start"] <= optimum, (i, d, c, optimum)
+        alone += c["last_start"] == optimum > max(v for k, v in c.items() if k != "last_start")
+    assert alone >= 1
+
+
 def test_time_limit_tries_every_op_and_is_checked(monkeypatch):
     from regal import bounds, bounds_cut
 
@@ -505,7 +537,7 @@ def test_bounds_command_time_limit(tmp_path, capsys):
     assert main(["bounds", str(path), "--devices", "1", "2", "--time-limit", "5"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all("lower bound" in line for line in lines)
-    assert all(line.rsplit("[argument: ", 1)[1].rstrip("]") in
-               ("working_set", "end_state", "op_start", "start_cut") for line in lines)
+    names = ("working_set", "end_state", "op_start", "start_cut", "last_start")
+    assert all(line.rsplit("[argument: ", 1)[1].rstrip("]") in names for line in lines)
     assert main(["bounds", str(path), "--devices", "2", "--bytes", "--time-limit", "5"]) == 0
     assert int(capsys.readouterr().out.rsplit(" ", 1)[1]) > 0
