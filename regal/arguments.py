@@ -483,6 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bound-time", type=positive_float, default=None, metavar="SECONDS",
                    help="with --bounds-only: seconds for the bound of each graph and device "
                         "count (default 5)")
+    p.add_argument("--again", action="store_true",
+                   help="with --bounds-only: compute the bound of entries that have one too, "
+                        "and keep the higher (after the bounds have improved)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(command="best_known")
 

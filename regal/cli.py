@@ -515,6 +515,8 @@ def cmd_best_known(args) -> int:
 
     if args.bounds_only:
         return _best_known_bounds(args)
+    if args.again:
+        raise ValueError("--again: only with --bounds-only (it recomputes stored bounds)")
     if args.time_per_graph is None:
         raise ValueError("--time-per-graph: required (portfolio CPU seconds per graph and "
                          "device count), unless --bounds-only")
@@ -576,6 +578,7 @@ def _best_known_bounds(args) -> int:
     if not os.path.isfile(args.out):
         raise ValueError(f"--out {args.out}: no such store (--bounds-only adds to one)")
     summary = add_bounds(args.out, args.graphs, devices=args.devices,
+                         missing_only=not args.again,
                          **({} if args.bound_time is None else {"time_limit": args.bound_time}))
     for graph, d, value, bound, source in summary.rows:
         print(f"  {graph} d={d}: {format_bytes(value)}; {_certified(value, bound, source)}")

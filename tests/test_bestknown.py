@@ -562,6 +562,34 @@ def test_add_bounds_to_a_store_built_without_them(tmp_path):
     assert "1 had a bound" in run.stdout   # --devices 2: the 3-device entry is left out
 
 
+def test_bounds_again_raise_a_stored_bound_and_keep_a_higher_one(tmp_path):
+    """`--bounds-only --again`: entries that have a bound get it computed anew and keep the
+    higher (a store bounded before a stronger argument existed); without --again they are
+    left alone; --again alone is refused."""
+    from regal.bestknown import store_bound
+
+    g1, p1 = _graph_file(tmp_path, 83, 12, name="one")
+    store = tmp_path / "s.jsonl"
+    build_store([p1], store, devices=[2], time_per_graph=1.0, workers=1, progress=False)
+    (key,) = load_store(store)[0]
+    lines = [json.loads(line) for line in store.read_text().splitlines()
+             if '"kind": "bound"' not in line]
+    _write_lines(store, [dict(line, bound=1.0, bound_source="working_set") for line in lines])
+    assert load_store(store)[0][key].bound == 1.0
+    argv = [sys.executable, "-m", "regal.cli", "best-known", str(p1), "--devices", "2",
+            "--bounds-only", "--out", str(store)]
+    assert subprocess.run(argv, capture_output=True, text=True).returncode == 0
+    assert load_store(store)[0][key].bound == 1.0                 # has one: left alone
+    run = subprocess.run(argv + ["--again"], capture_output=True, text=True)
+    assert run.returncode == 0 and "1 bounded now" in run.stdout, run.stdout + run.stderr
+    entry = load_store(store)[0][key]
+    assert entry.bound == store_bound(g1, 2).value > 1.0 and entry.bound <= entry.value
+    portfolio = [a for a in argv if a != "--bounds-only"] + ["--time-per-graph", "1", "--again"]
+    refused = subprocess.run(portfolio, capture_output=True, text=True)
+    assert refused.returncode == 2 and "--again" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
 def test_shipped_stores_keep_a_valid_bound_beside_each_peak_value():
     """The committed stores (bounds added by `add_bounds`): every peak-memory entry has a
     bound no higher than its value, named by its argument; makespan entries have none
