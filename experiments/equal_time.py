@@ -9,6 +9,8 @@ a time budget asks who is best in the same seconds. Per graph, device count and 
    the seconds bind and every method gets exactly the same time (a time limit changes how the
    pipelines split their work, so regal's own timed run is the one compared).
 
+Peak memory, or with `--objective makespan` the step time under a per-device limit of 1.2 x
+the graph's best-known peak (as the transfer experiment's running-time table).
 Points: 100 x (BRKGA's value - the method's) / BRKGA's per graph from the means over seeds
 (BRKGA given the same seconds), and `regal` minus each other method the same way (positive:
 regal is better). One process, one run at a time (timed runs share nothing); one JSON line
@@ -30,6 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "experiments"))
 
 from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
@@ -41,18 +44,19 @@ BASE = "brkga"
 
 
 def run(path: Path, devices: int, seed: int, method: str, budget: int,
-        seconds: float | None) -> dict:
+        seconds: float | None, objective: str = "peak_memory", limit: int | None = None) -> dict:
     """One run: `method` at `budget` evaluations, or with `seconds` and 10 x `budget`."""
     from regal.io import load_graph
     from regal.optimizers import Problem, solve
     from regal.sim import DeviceSpec
 
-    problem = Problem(load_graph(path), DeviceSpec(devices), "peak_memory")
+    problem = Problem(load_graph(path), DeviceSpec(devices, memory_limit=limit), objective)
     options = {} if seconds is None else dict(time_limit=seconds)
     start = time.perf_counter()
     found = solve(method, problem, budget if seconds is None else 10 * budget, seed, **options)
     return dict(set=path.parent.name, graph=path.stem, devices=devices, seed=seed,
-                method=method, budget=budget, seconds=seconds, value=float(found.value),
+                method=method, budget=budget, seconds=seconds, objective=objective,
+                memory_limit=limit, value=float(found.value),
                 evaluations=int(found.evaluations), wall_s=time.perf_counter() - start,
                 ops=problem.graph.num_nodes)
 
@@ -60,7 +64,7 @@ def run(path: Path, devices: int, seed: int, method: str, budget: int,
 def key(row: dict) -> tuple:
     timed = row["seconds"] is not None
     return (row["set"], row["graph"], row["devices"], row["seed"], row["method"],
-            row["budget"], timed)
+            row["budget"], timed, row.get("objective", "peak_memory"))
 
 
 def points(base: float, value: float) -> float:
@@ -74,10 +78,10 @@ def table(rows: list[dict], methods) -> str:
     for r in rows:
         if r["seconds"] is None:
             continue
-        by.setdefault((r["set"], r["devices"]), {}).setdefault(r["graph"], {}) \
+        by.setdefault((r["set"], r["devices"], r.get("objective", "peak_memory")), {}).setdefault(r["graph"], {}) \
           .setdefault(r["method"], {})[r["seed"]] = r
     cells = []
-    for (name, devices), graphs in sorted(by.items()):
+    for (name, devices, objective), graphs in sorted(by.items()):
         for method in methods:
             if method == BASE:
                 continue
@@ -95,16 +99,17 @@ def table(rows: list[dict], methods) -> str:
             if not over:
                 continue
             se = statistics.stdev(lead) / len(lead) ** 0.5 if len(lead) > 1 else 0.0
-            cells.append([name, devices, method, len(over),
+            cells.append([name, devices, objective, method, len(over),
                           f"{statistics.fmean(over):+.2f}", f"{statistics.median(over):+.2f}",
                           "–" if method == "regal" else f"{statistics.fmean(lead):+.2f} ± {se:.2f}",
                           "–" if method == "regal" else f"{sum(x > 0 for x in lead)} / "
                           f"{sum(x < 0 for x in lead)}",
                           f"{statistics.median(evals):,.0f}"])
     return "\n".join(markdown_table(
-        ["graphs", "devices", "method", "graphs", "over BRKGA, same seconds: mean pts",
-         "median", "regal's lead: mean pts ± se", "regal ahead / behind",
-         "evaluations in the seconds (median)"], cells, "lrlrrrrrr")) + "\n"
+        ["graphs", "devices", "objective", "method", "graphs",
+         "over BRKGA, same seconds: mean pts", "median", "regal's lead: mean pts ± se",
+         "regal ahead / behind", "evaluations in the seconds (median)"], cells,
+        "lrllrrrrrr")) + "\n"
 
 
 def main(argv=None) -> int:
@@ -116,6 +121,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--budget", type=int, default=5000)
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory",
+                        help="makespan: under 1.2 x each graph's best-known peak per device")
     parser.add_argument("--records", type=Path, default=RECORDS)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
@@ -128,6 +135,10 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     set_numba_threads(1)
+    limit_of = lambda path, d: None     # noqa: E731  (peak memory: no limit)
+    if args.objective == "makespan":
+        from transfer import makespan_limits
+        limit_of = makespan_limits()
     done = {key(r): r for r in read_json_lines(args.records)}
     cases = [(path, d, s) for folder in args.graphs
              for path in sorted(folder.glob("*.npz"))[:args.count]
@@ -137,18 +148,20 @@ def main(argv=None) -> int:
         first = cases[0][0] if cases else None
         if first is not None:       # numba's compiled code loaded before any timed run
             for method in methods:
-                run(first, 2, 0, method, 300, None)
+                run(first, 2, 0, method, 300, None, args.objective, limit_of(first, 2))
         for path, d, s in tqdm(cases, desc="cases", unit="case", mininterval=5):
             probe = dict(set=path.parent.name, graph=path.stem, devices=d, seed=s,
-                         budget=args.budget)
+                         budget=args.budget, objective=args.objective)
+            limit = limit_of(path, d)
             untimed = done.get(key(dict(probe, method="regal", seconds=None)))
             if untimed is None:
-                untimed = run(path, d, s, "regal", args.budget, None)
+                untimed = run(path, d, s, "regal", args.budget, None, args.objective, limit)
                 writer.write(untimed)
                 done[key(untimed)] = untimed
             for method in methods:
                 if key(dict(probe, method=method, seconds=1.0)) not in done:
-                    row = run(path, d, s, method, args.budget, untimed["wall_s"])
+                    row = run(path, d, s, method, args.budget, untimed["wall_s"],
+                              args.objective, limit)
                     writer.write(row)
                     done[key(row)] = row
     finally:
@@ -158,7 +171,8 @@ def main(argv=None) -> int:
             f"Made by `python experiments/equal_time.py` ({len(rows):,} runs). Per graph, device "
             "count and seed, every method gets the wall seconds `regal` took for "
             f"{args.budget:,} evaluations untimed on it (`time_limit`, with 10 x the budget so "
-            "that the seconds bind); peak memory; points = 100 x (BRKGA's value - the "
+            "that the seconds bind); peak memory, or the step time under 1.2 x the graph's "
+            "best-known peak per device (objective makespan); points = 100 x (BRKGA's value - the "
             "method's) / BRKGA's per graph from the means over seeds, BRKGA given the same "
             "seconds; regal's lead = 100 x (method - regal) / method the same way (positive: "
             "regal better). One process, numba on one thread, on 2 cores shared with other "

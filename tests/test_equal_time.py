@@ -22,14 +22,14 @@ def test_table_by_hand():
             _row("b", "local-search", 0, 190.0),
             _row("a", "regal", 0, 1.0, seconds=None)]      # the untimed run: not in the table
     text = script.table(rows, ["regal", "brkga", "local-search"])
-    cells = {line.split("|")[3].strip(): [c.strip() for c in line.strip("|").split("|")]
+    cells = {line.split("|")[4].strip(): [c.strip() for c in line.strip("|").split("|")]
              for line in text.splitlines() if line.startswith("| s |")}
     # regal over BRKGA: +10 and 0 points -> mean +5.00, median +5.00
-    assert cells["regal"][4:6] == ["+5.00", "+5.00"]
+    assert cells["regal"][2] == "peak_memory" and cells["regal"][5:7] == ["+5.00", "+5.00"]
     # local search: +5 and +5; regal's lead: 100 x (95 - 90) / 95 = +5.263, (190 - 200) / 190
     # = -5.263: mean 0, se = 5.263 * sqrt(2) / sqrt(2) = 5.26
-    assert cells["local-search"][4] == "+5.00"
-    assert cells["local-search"][6] == "+0.00 ± 5.26" and cells["local-search"][7] == "1 / 1"
+    assert cells["local-search"][5] == "+5.00"
+    assert cells["local-search"][7] == "+0.00 ± 5.26" and cells["local-search"][8] == "1 / 1"
     assert "brkga" not in cells
 
 
@@ -48,7 +48,7 @@ def test_every_method_gets_regals_seconds_and_resumes(tmp_path):
     assert untimed["method"] == "regal" and untimed["evaluations"] <= 300
     assert sorted(r["method"] for r in timed) == ["brkga", "local-search", "regal"]
     assert all(r["seconds"] == untimed["wall_s"] for r in timed)
-    assert "| graphs | 2 | local-search | 1 |" in out.read_text()
+    assert "| graphs | 2 | peak_memory | local-search | 1 |" in out.read_text()
     assert script.main(argv) == 0                      # resumed: nothing runs again
     assert len(records.read_text().splitlines()) == len(rows)
 
@@ -58,3 +58,27 @@ def test_bad_input_is_refused(tmp_path, capsys):
     assert script.main(["--graphs", str(tmp_path), "--records", str(tmp_path / "r.jsonl"),
                         "--out", str(tmp_path / "t.md")]) == 2
     assert str(tmp_path) in capsys.readouterr().err
+
+
+def test_step_time_runs_get_the_transfer_tables_limit(tmp_path):
+    """--objective makespan: every run under 1.2 x the graph's best-known peak (here the
+    reference heuristics' best: a new graph has no store entry), kept apart from peak runs."""
+    script = experiment("equal_time")
+    from regal.io import load_graph
+    from regal.policy.reference import reference_for
+    from regal.sim import DeviceSpec
+
+    (tmp_path / "graphs").mkdir()
+    path = Path(one_synthetic_graph(tmp_path / "graphs", 20, 30, 4))
+    records = tmp_path / "r.jsonl"
+    argv = ["--graphs", str(path.parent), "--devices", "2", "--seeds", "1", "--budget", "300",
+            "--methods", "regal", "brkga", "--records", str(records),
+            "--out", str(tmp_path / "t.md")]
+    assert script.main(argv + ["--objective", "makespan"]) == 0
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    limit = int(1.2 * reference_for(load_graph(path), DeviceSpec(2), "peak_memory").value)
+    assert {r["objective"] for r in rows} == {"makespan"} and len(rows) == 3
+    assert all(r["memory_limit"] == limit for r in rows)
+    assert script.main(argv) == 0                     # peak memory: runs of its own
+    assert len(records.read_text().splitlines()) == 6
+    assert "| graphs | 2 | makespan | regal |" in (tmp_path / "t.md").read_text()
