@@ -65,12 +65,13 @@ Arguments (bytes):
    After v's allocations [R4] k holds, all at once and with no byte counted twice: the
    persistent memory of every op on k [R1]; the new non-alias outputs without consumers of
    every op on k, each allocated when its op started (all have: v is the last) and never freed
-   [R6]; and v's transient working set X(v) = its temporary memory + its new non-alias outputs
-   that have consumers + its inputs' copies (at least the F3 tree DP). The first two are the
-   end-state items of (2) without the alias-tree items, and are disjoint from X(v): persistent
-   memory is no tensor, an unconsumed tensor is never an input, and a tensor held forever by
-   an unconsumed alias is left out. So peak[k] >= L_k + X(v_k), L_k = k's share of those
-   items. Over the d' devices that run ops, the v_k are d' distinct ops, so with
+   [R6]; the copy each alias tree with an unconsumed alias produced on k holds forever there
+   (2; at least the tree's end-state item); and v's transient working set X(v) = its
+   temporary memory + its new non-alias outputs that have consumers + its inputs' copies (at
+   least the F3 tree DP), both without the tensors of those held trees. The first three are
+   the end-state items of (2) and are disjoint from X(v): persistent memory is no tensor, an
+   unconsumed tensor is never an input, and every tensor of a held tree is left out of X(v).
+   So peak[k] >= L_k + X(v_k), L_k = k's share of those items. Over the d' devices that run ops, the v_k are d' distinct ops, so with
    x_1 <= x_2 <= ... the sorted X of all ops: max_k peak[k] >= (sum of the items + x_1 + ...
    + x_d') / d' (the mean), taken at the worst d' in 1..d; and >= max_k L_k + x_1 >= the
    packing bound of the items + x_1. Why: on graphs whose outputs are mostly never freed the
@@ -344,24 +345,29 @@ def _tree(inputs: set, alias: np.ndarray, size: np.ndarray, can_transfer: bool) 
     return int(G[root])
 
 
-def _input_costs(f: _Facts) -> np.ndarray:
-    """Per op: min bytes its distinct inputs occupy on its device while it runs (F3)."""
+def _input_costs(f: _Facts, skip_roots: np.ndarray | None = None) -> np.ndarray:
+    """Per op: min bytes its distinct inputs occupy on its device while it runs (F3); with
+    `skip_roots`, leaving out the inputs of those alias trees."""
     cost = np.zeros(f.n, dtype=np.int64)
-    if len(f.in_op) == 0:
+    in_op, in_tensor = f.in_op, f.in_tensor
+    if skip_roots is not None and len(skip_roots):
+        keep = ~np.isin(f.root[in_tensor], skip_roots)
+        in_op, in_tensor = in_op[keep], in_tensor[keep]
+    if len(in_op) == 0:
         return cost
-    roots = f.root[f.in_tensor]
-    key = f.in_op * max(f.t, 1) + roots
+    roots = f.root[in_tensor]
+    key = in_op * max(f.t, 1) + roots
     order = np.argsort(key, kind="stable")
     key_sorted = key[order]
     starts = np.flatnonzero(np.concatenate([[True], key_sorted[1:] != key_sorted[:-1]]))
     counts = np.diff(np.concatenate([starts, [len(key_sorted)]]))
     single = counts == 1
     first = order[starts[single]]
-    np.add.at(cost, f.in_op[first], f.chain_cost[f.in_tensor[first]])
+    np.add.at(cost, in_op[first], f.chain_cost[in_tensor[first]])
     for s, c in zip(starts[~single].tolist(), counts[~single].tolist()):
         members = order[s:s + c]
-        v = int(f.in_op[members[0]])
-        cost[v] += _tree(set(f.in_tensor[members].tolist()), f.alias, f.size, f.d >= 2)
+        v = int(in_op[members[0]])
+        cost[v] += _tree(set(in_tensor[members].tolist()), f.alias, f.size, f.d >= 2)
     return cost
 
 
@@ -403,13 +409,15 @@ def _end_state(f: _Facts) -> tuple[int, str]:
 
 
 def _last_start(f: _Facts) -> tuple[int, str]:
-    """Argument 5 (see the module docstring); needs `_working_set` first (inputs_cost)."""
+    """Argument 5 (see the module docstring)."""
     if f.n == 0:
         return 0, "no ops"
+    held = np.unique(f.root[~f.consumed & (f.alias >= 0)])   # trees held forever
     consumed_new = np.where(f.consumed, f.new_output, 0)
-    transient = np.sort(f.inputs_cost + f.temporary
+    consumed_new[held] = 0
+    transient = np.sort(_input_costs(f, held) + f.temporary
                         + _segment_sum(consumed_new, f.graph.output_ptr))
-    items = _end_items(f)
+    items = np.concatenate([_end_items(f), _alias_tree_items(f)])
     total = int(items.sum())
     prefix = np.cumsum(transient[:min(f.d, f.n)])
     mean = min(-(-(total + int(prefix[used - 1])) // used) for used in range(1, len(prefix) + 1))
