@@ -131,14 +131,24 @@ def main(argv=None) -> int:
             print(f"error: --graphs: {folder} holds no .npz graphs", file=sys.stderr)
             return 2
     methods = list(dict.fromkeys(["regal", BASE] + list(args.methods)))
+    from regal.optimizers import get_method
     from regal.workers import set_numba_threads
     from tqdm import tqdm
 
+    for method in methods:
+        try:
+            get_method(method)
+        except ValueError as exc:
+            print(f"error: --methods: {exc}", file=sys.stderr)
+            return 2
     set_numba_threads(1)
-    limit_of = lambda path, d: None     # noqa: E731  (peak memory: no limit)
+
     if args.objective == "makespan":
         from transfer import makespan_limits
         limit_of = makespan_limits()
+    else:
+        def limit_of(path, devices):   # peak memory: no limit
+            return None
     done = {key(r): r for r in read_json_lines(args.records)}
     cases = [(path, d, s) for folder in args.graphs
              for path in sorted(folder.glob("*.npz"))[:args.count]

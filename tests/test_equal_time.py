@@ -58,6 +58,12 @@ def test_bad_input_is_refused(tmp_path, capsys):
     assert script.main(["--graphs", str(tmp_path), "--records", str(tmp_path / "r.jsonl"),
                         "--out", str(tmp_path / "t.md")]) == 2
     assert str(tmp_path) in capsys.readouterr().err
+    (tmp_path / "g").mkdir()
+    one_synthetic_graph(tmp_path / "g", 20, 30, 3)
+    assert script.main(["--graphs", str(tmp_path / "g"), "--methods", "nope",
+                        "--records", str(tmp_path / "r.jsonl"),
+                        "--out", str(tmp_path / "t.md")]) == 2
+    assert "--methods" in capsys.readouterr().err and not (tmp_path / "r.jsonl").exists()
 
 
 def test_step_time_runs_get_the_transfer_tables_limit(tmp_path):
