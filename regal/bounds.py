@@ -71,10 +71,10 @@ Arguments (bytes):
    least the F3 tree DP), both without the tensors of those held trees. The first three are
    the end-state items of (2) and are disjoint from X(v): persistent memory is no tensor, an
    unconsumed tensor is never an input, and every tensor of a held tree is left out of X(v).
-   So peak[k] >= L_k + X(v_k), L_k = k's share of those items. Over the d' devices that run ops, the v_k are d' distinct ops, so with
-   x_1 <= x_2 <= ... the sorted X of all ops: max_k peak[k] >= (sum of the items + x_1 + ...
-   + x_d') / d' (the mean), taken at the worst d' in 1..d; and >= max_k L_k + x_1 >= the
-   packing bound of the items + x_1. Why: on graphs whose outputs are mostly never freed the
+   So peak[k] >= L_k + X(v_k), L_k = k's share of those items. Over the d' devices that run
+   ops, the v_k are d' distinct ops, so with x_1 <= x_2 <= ... the sorted X of all ops:
+   max_k peak[k] >= (sum of the items + x_1 + ... + x_d') / d' (the mean), taken at the
+   worst d' in 1..d; and >= max_k L_k + x_1 >= the packing bound of the items + x_1. Why: on graphs whose outputs are mostly never freed the
    peak comes near the end, where each device also runs one last op on top of what it keeps.
 
 Cost: O(n + e) numpy work plus O(n * _COLUMNS / 64) for the bitsets and a Python loop over
@@ -268,6 +268,7 @@ class _Facts:
         edge_op = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.input_ptr))
         pair = np.unique(edge_op * max(t, 1) + np.asarray(graph.input_tensor, dtype=np.int64))
         self.in_op, self.in_tensor = pair // max(t, 1), pair % max(t, 1)
+        self.kept = None     # argument 2's items (`_kept_items`), built on first use
 
     def name(self, v: int) -> str:
         return repr(str(self.graph.names[v])) if v >= 0 else "-"
@@ -403,21 +404,30 @@ def _alias_tree_items(f: _Facts) -> np.ndarray:
     return best[np.unique(roots)]
 
 
+def _kept_items(f: _Facts) -> np.ndarray:
+    """The items of argument 2 (per class, then per held alias tree), built once per facts:
+    arguments 2 and 5 both pack them."""
+    if f.kept is None:
+        f.kept = np.concatenate([_end_items(f), _alias_tree_items(f)])
+    return f.kept
+
+
 def _end_state(f: _Facts) -> tuple[int, str]:
-    items = np.concatenate([_end_items(f), _alias_tree_items(f)])
+    items = _kept_items(f)
     return packing_bound(items, f.d), f"{int((items > 0).sum())} items on {f.d} devices"
 
 
 def _last_start(f: _Facts) -> tuple[int, str]:
-    """Argument 5 (see the module docstring)."""
+    """Argument 5 (see the module docstring); after `_working_set` (its input costs serve
+    when no alias tree is held)."""
     if f.n == 0:
         return 0, "no ops"
     held = np.unique(f.root[~f.consumed & (f.alias >= 0)])   # trees held forever
     consumed_new = np.where(f.consumed, f.new_output, 0)
     consumed_new[held] = 0
-    transient = np.sort(_input_costs(f, held) + f.temporary
-                        + _segment_sum(consumed_new, f.graph.output_ptr))
-    items = np.concatenate([_end_items(f), _alias_tree_items(f)])
+    inputs = _input_costs(f, held) if len(held) else f.inputs_cost
+    transient = np.sort(inputs + f.temporary + _segment_sum(consumed_new, f.graph.output_ptr))
+    items = _kept_items(f)
     total = int(items.sum())
     prefix = np.cumsum(transient[:min(f.d, f.n)])
     mean = min(-(-(total + int(prefix[used - 1])) // used) for used in range(1, len(prefix) + 1))
