@@ -178,6 +178,14 @@ def summary_rows(records) -> list[dict]:
                             bounds=report.lower_bounds(records), pool_limits=True)
 
 
+def large_graph_methods(methods: list, method_options: dict) -> tuple[list, dict]:
+    """What runs on the graphs >= 10x the training set's: BRKGA-5K, REGAL, and its twin and
+    the paper's configuration when this run runs them (others cost too much there), each
+    with this run's options for it."""
+    run = ["brkga", *[m for m in ("seeded-brkga", "regal-paper") if m in methods], "regal"]
+    return run, {name: method_options[name] for name in run if name in method_options}
+
+
 def table1_labeler(method_options: dict):
     """The label of a summary row in Table 1, the large-graph and the makespan tables: each
     method with the options this run gives it (`method_options`, REGAL's included; none:
@@ -519,12 +527,10 @@ def main(argv=None) -> int:
     for options in variants.values():
         harness.run_experiment(["regal"], {"synth_test": test}, out, devices=list(cfg["devices"]),
                                method_options={"regal": options}, **common)
-    # generalisation to >= 10x larger graphs: REGAL, its twin and the paper's configuration
-    # (when this run runs them) against BRKGA-5K
-    large_methods = [m for m in ("seeded-brkga", "regal-paper") if m in methods]
-    harness.run_experiment(["brkga", *large_methods, "regal"], large_sets, out,
-                           devices=list(cfg["large_devices"]),
-                           method_options=method_options, **common)
+    # generalisation to >= 10x larger graphs
+    large_methods, large_options = large_graph_methods(methods, method_options)
+    harness.run_experiment(large_methods, large_sets, out, devices=list(cfg["large_devices"]),
+                           method_options=large_options, **common)
 
     # the running-time objective: makespan under a per-graph memory limit
     limit_of = makespan_limits()

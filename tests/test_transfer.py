@@ -175,3 +175,20 @@ def test_policy_adds_by_hand():
     assert row["mean"] == pytest.approx(0.0) and row["low"] == pytest.approx(-2.0)
     assert row["high"] == pytest.approx(2.0) and row["se"] == pytest.approx(2.0)
     assert "| d | 2 | peak_memory | 2 | +0.00 (2.00) |" in transfer.policy_adds_markdown([row])
+
+
+def test_large_graphs_run_the_twin_and_the_paper_with_only_their_options():
+    """The large-graph runs take BRKGA-5K, REGAL and, when the run runs them, the twin and
+    regal-paper; the options handed on name only those (the harness refuses options of a
+    method it does not run, as --quick's cpsat options once were)."""
+    from regal.harness import check_grid
+
+    options = {"regal": {"a": 1}, "seeded-brkga": {"b": 2}, "regal-paper": {"c": 3},
+               "cpsat": {"time_limit": 2.0}}
+    run, given = transfer.large_graph_methods(
+        ["local-search", "seeded-brkga", "cpsat", "regal-paper"], options)
+    assert run == ["brkga", "seeded-brkga", "regal-paper", "regal"]
+    assert given == {"regal": {"a": 1}, "seeded-brkga": {"b": 2}, "regal-paper": {"c": 3}}
+    check_grid(run, method_options=given)
+    run, given = transfer.large_graph_methods(["local-search", "cpsat"], options)
+    assert run == ["brkga", "regal"] and given == {"regal": {"a": 1}}
