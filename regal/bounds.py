@@ -480,9 +480,10 @@ class _Layers:
     distinct chain costs c1 > c2 > ... > cm gets m layers; layer j weighs c_j - c_(j+1)
     (c_(m+1) = 0), is produced by the tree root's producer, and is read by every consumer of
     the tree's tensors of cost >= c_j (never freed when one of them has no consumer). Only the
-    `_COLUMNS` heaviest layers are kept (dropping layers only lowers the bound)."""
+    `columns` heaviest layers are kept (dropping layers only lowers the bound; None keeps
+    every one: start_cut's max flows need no bitsets)."""
 
-    def __init__(self, f: _Facts) -> None:
+    def __init__(self, f: _Facts, columns: int | None = None) -> None:
         member = np.flatnonzero(f.chain_cost > 0)
         member = member[np.lexsort((-f.chain_cost[member], f.root[member]))]
         roots, cost = f.root[member], f.chain_cost[member]
@@ -504,7 +505,7 @@ class _Layers:
         m_tensor = np.repeat(member, count)
         m_layer = _ranges(index, count)
         keep = np.zeros(len(first), dtype=bool)
-        keep[np.argsort(-weight, kind="stable")[:_COLUMNS]] = True
+        keep[np.argsort(-weight, kind="stable")[:columns]] = True
         keep &= weight > 0
         renumber = np.cumsum(keep) - 1
         sel = keep[m_layer]
@@ -541,7 +542,7 @@ class _Layers:
 def _op_start(f: _Facts) -> tuple[int, int]:
     """Argument 3 (see the module docstring)."""
     g, n = f.graph, f.n
-    layers = f.layers = _Layers(f)
+    layers = f.layers = _Layers(f, _COLUMNS)
     cols = layers.count
     words = max(1, -(-cols // 64))
 

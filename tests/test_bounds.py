@@ -541,3 +541,32 @@ def test_bounds_command_time_limit(tmp_path, capsys):
     assert all(line.rsplit("[argument: ", 1)[1].rstrip("]") in names for line in lines)
     assert main(["bounds", str(path), "--devices", "2", "--bytes", "--time-limit", "5"]) == 0
     assert int(capsys.readouterr().out.rsplit(" ", 1)[1]) > 0
+
+
+def test_start_cut_counts_every_saved_tensor_not_only_the_heaviest(monkeypatch):
+    """Ten forward ops save 10 bytes each for ten backward ops behind a turn op (control
+    edges). When the turn starts, all 100 bytes are live, and that is the one-device
+    optimum. Argument 3's bitsets keep only the heaviest layers (here 4, `_COLUMNS` patched
+    down as a big training step's thousands of saved tensors exceed 2,048); start_cut keeps
+    them all."""
+    import regal.bounds as bounds
+
+    monkeypatch.setattr(bounds, "_COLUMNS", 4)
+    b = GraphBuilder()
+    turn = b.add_op("turn", 1.0)
+    for i in range(10):
+        f = b.add_op(f"f{i}", 1.0)
+        b.add_output(f, 10)
+        back = b.add_op(f"b{i}", 1.0)
+        b.add_input(back, f)
+        b.add_control(f, turn)
+        b.add_control(turn, back)
+    graph = b.build()
+    bound = lower_bound(graph, 1, time_limit=5)
+    assert bound.components["op_start"] == 40        # the 4 heaviest layers only
+    assert bound.components["start_cut"] == 100 and bound.value == 100
+    # and a schedule meets it: the peak is 100 whatever the order
+    n = graph.num_nodes
+    result = simulate(graph, DeviceSpec(1), np.zeros(n, dtype=np.int64), np.linspace(1, 0, n),
+                      np.zeros(n))
+    assert int(result.peak.max()) == 100
