@@ -58,33 +58,33 @@ def _brute_force(graph, placement, k: int) -> int:
     return best
 
 
-def test_relaxed_peak_equals_a_brute_force_over_run_orders():
+def _random_cases(seed: int, count: int, max_ops: int, max_devices: int):
+    """(graph, d, placement, R_k per device) of random small graphs and placements."""
     script = experiment("placement_relaxation")
-    rng = np.random.default_rng(3)
-    checked = 0
-    for _ in range(40):
-        graph = random_graph(rng, num_ops=int(rng.integers(2, 9)), integer=True)
-        d = int(rng.integers(1, 4))
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        graph = random_graph(rng, num_ops=int(rng.integers(2, max_ops + 1)), integer=True)
+        d = int(rng.integers(1, max_devices + 1))
         placement = rng.integers(0, d, graph.num_nodes)
-        got = script.relaxed_peaks(graph, placement, d, max_ops=27)
+        yield graph, d, placement, script.relaxed_peaks(graph, placement, d, max_ops=27)
+
+
+def test_relaxed_peak_equals_a_brute_force_over_run_orders():
+    checked = 0
+    for graph, d, placement, relaxed in _random_cases(3, 40, max_ops=8, max_devices=3):
         for k in range(d):
-            assert got[k] == _brute_force(graph, placement, k)
+            assert relaxed[k] == _brute_force(graph, placement, k)
             checked += 1
     assert checked > 40
 
 
 def test_relaxed_peak_never_exceeds_a_simulated_peak_of_the_placement():
     """The docstring's claim: whatever the priorities and transfer order, peak[k] >= R_k."""
-    script = experiment("placement_relaxation")
     rng = np.random.default_rng(11)
     tight = 0
-    for _ in range(60):
-        graph = random_graph(rng, num_ops=int(rng.integers(2, 16)), integer=True)
-        d = int(rng.integers(1, 5))
-        placement = rng.integers(0, d, graph.num_nodes)
-        relaxed = script.relaxed_peaks(graph, placement, d, max_ops=27)
+    for graph, d, placement, relaxed in _random_cases(12, 60, max_ops=15, max_devices=4):
+        n = graph.num_nodes
         for _ in range(20):
-            n = graph.num_nodes
             peaks = simulate(graph, DeviceSpec(d), placement, rng.random(n), rng.random(n)).peak
             assert all(r <= p for r, p in zip(relaxed, peaks.tolist()))
             tight += any(r == p and r > 0 for r, p in zip(relaxed, peaks.tolist()))
