@@ -593,6 +593,7 @@ def cmd_bounds(args) -> int:
     from regal.bounds import format_bound, lower_bound
     from regal.io import load_graph
     from regal.sim import DeviceSpec
+    from regal.units import format_bytes
 
     for path in args.graphs:
         graph = load_graph(path)
@@ -602,6 +603,8 @@ def cmd_bounds(args) -> int:
                 print(f"{path} d={d}: {bound.value}")
             else:
                 print(f"{path} d={d}: {format_bound(bound)} [argument: {bound.source}]")
+                print("  every argument: " + ", ".join(
+                    f"{name} {format_bytes(value)}" for name, value in bound.components.items()))
     return 0
 
 

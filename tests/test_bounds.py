@@ -535,10 +535,14 @@ def test_bounds_command_time_limit(tmp_path, capsys):
     path = tmp_path / "g.npz"
     save_graph(synth.generate("random", 40, 1), path)
     assert main(["bounds", str(path), "--devices", "1", "2", "--time-limit", "5"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 and all("lower bound" in line for line in lines)
+    out = capsys.readouterr().out.splitlines()
+    lines = [line for line in out if "lower bound" in line]
+    every = [line for line in out if line.startswith("  every argument: ")]
+    assert len(lines) == 2 and len(every) == 2 and len(out) == 4
     names = ("working_set", "end_state", "op_start", "start_cut", "last_start")
     assert all(line.rsplit("[argument: ", 1)[1].rstrip("]") in names for line in lines)
+    # each argument's value, the one named above among them
+    assert all(all(f"{name} " in line for name in names) for line in every)
     assert main(["bounds", str(path), "--devices", "2", "--bytes", "--time-limit", "5"]) == 0
     assert int(capsys.readouterr().out.rsplit(" ", 1)[1]) > 0
 
