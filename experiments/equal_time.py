@@ -61,10 +61,15 @@ def run(path: Path, devices: int, seed: int, method: str, budget: int,
                 ops=problem.graph.num_nodes)
 
 
+def objective_of(row: dict) -> str:
+    """A record's objective (records made before --objective existed are peak memory)."""
+    return row.get("objective", "peak_memory")
+
+
 def key(row: dict) -> tuple:
     timed = row["seconds"] is not None
     return (row["set"], row["graph"], row["devices"], row["seed"], row["method"],
-            row["budget"], timed, row.get("objective", "peak_memory"))
+            row["budget"], timed, objective_of(row))
 
 
 def points(base: float, value: float) -> float:
@@ -78,8 +83,8 @@ def table(rows: list[dict], methods) -> str:
     for r in rows:
         if r["seconds"] is None:
             continue
-        by.setdefault((r["set"], r["devices"], r.get("objective", "peak_memory")), {}).setdefault(r["graph"], {}) \
-          .setdefault(r["method"], {})[r["seed"]] = r
+        group = by.setdefault((r["set"], r["devices"], objective_of(r)), {})
+        group.setdefault(r["graph"], {}).setdefault(r["method"], {})[r["seed"]] = r
     cells = []
     for (name, devices, objective), graphs in sorted(by.items()):
         for method in methods:

@@ -105,7 +105,7 @@ class _Cut:
         from scipy.sparse import csr_matrix
 
         g, n = f.graph, f.n
-        self.n, self.layers = n, layers
+        self.n = n
         self.base = f.working + int(f.persistent.sum()) - f.class_persistent[f.cls]
         ones = np.ones(len(g.pred), dtype=np.int8)
         self.up = csr_matrix((ones, np.asarray(g.pred), np.asarray(g.pred_ptr)), shape=(n, n))
@@ -130,12 +130,12 @@ class _Cut:
         from ortools.graph.python import max_flow
         from scipy.sparse.csgraph import breadth_first_order
 
+        if not self.nl:
+            return 0, 0
         n = self.n
         side = np.zeros(n, dtype=np.int8)            # 0 free, 1 source side, 2 sink side
         side[breadth_first_order(self.up, v, return_predecessors=False)] = 1
         side[breadth_first_order(self.down, v, return_predecessors=False)] = 2   # v too
-        if not self.nl:
-            return 0, 0
         weight = self.weight.copy()
         weight[self.own_layer[self.own_ptr[v]:self.own_ptr[v + 1]]] = 0   # v's input trees
         reader_side = side[self.read_op]
