@@ -111,3 +111,34 @@ def test_hand_case_two_devices():
     assert script.relaxed_peaks(graph, np.array([0, 0, 1]), 2, 27) == [110, 110]
     assert script.relaxed_peaks(graph, np.array([0, 1, 1]), 2, 27) == [100, 120]
     assert script.relaxed_peaks(graph, np.array([0, 1, 1]), 2, 1) == [100, None]   # too big
+
+
+def test_placement_search_returns_a_valid_placement_and_its_relaxed_peak():
+    """least_relaxed_placement: its placement keeps colocation groups together and pins in
+    place, its value is that placement's max_k R_k, never above the start's, never below the
+    least over every valid placement (written out), and equal to it on most tiny graphs."""
+    from test_bounds import _constrained_graph
+
+    script = experiment("placement_relaxation")
+    rng = np.random.default_rng(5)
+    cases = exact = 0
+    for _ in range(30):
+        n, d = int(rng.integers(2, 7)), int(rng.integers(2, 4))
+        graph = _constrained_graph(rng, n, d)
+        leader, pins = np.asarray(graph.colocation), np.asarray(graph.pinned)
+        start = rng.integers(0, d, n)
+        value, placement = script.least_relaxed_placement(graph, d, start, 300, rng)
+        assert (placement == placement[leader]).all()
+        assert (placement[pins >= 0] == pins[pins >= 0]).all()
+        assert value == max(script.relaxed_peaks(graph, placement, d, 27))
+        projected = start[leader]
+        projected[pins >= 0] = pins[pins >= 0]
+        assert value <= max(script.relaxed_peaks(graph, projected, d, 27))
+        least = min(max(script.relaxed_peaks(graph, np.array(p), d, 27))
+                    for p in itertools.product(range(d), repeat=n)
+                    if (np.array(p) == np.array(p)[leader]).all()
+                    and all(p[v] == pins[v] for v in range(n) if pins[v] >= 0))
+        assert value >= least
+        cases += 1
+        exact += value == least
+    assert exact >= 0.8 * cases
