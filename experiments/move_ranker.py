@@ -15,12 +15,16 @@ model per regime) keeps.
             ranks (the trajectory follows the oracle: the states a good ranker visits) or, on
             a share `--plain-share` of the steps, the drawing order (the plain climb's states).
             One .npz per run in `--logs` (resumable).
-    fit     standardise, fit per regime (least squares on the clipped improvement, on it
-            centred per step, on the within-step rank, or logistic regression on "improves
-            the incumbent"), pick per regime the fit whose top quarter of each held-out step
-            (graphs whose index is 3 mod 4) holds the best improvement, report that ranking
-            quality against the drawing order, a random quarter and the oracle, refit on
-            every graph and save `--weights`.
+    fit     standardise, fit per regime on the training graphs (linear: least squares on the
+            clipped improvement, on it centred per step, on the within-step rank, logistic
+            regression on "improves the incumbent"; listwise: two ReLU layers of 64 that put
+            each step's improving moves above the rest of its draw, `_listwise`), report each
+            fit's ranking quality on the held-out steps (graphs whose index is 3 mod 4: does
+            the top quarter hold an improving move, overall and on the hard steps where under
+            2% of the draw improves; its best improvement) against the drawing order, a random
+            quarter and the oracle, refit `--method` (default listwise, chosen by the climbs
+            on the validation graphs; `best`: the best held-out gain) on every graph and save
+            `--weights`.
     eval    the twin (`solve_seeded_brkga`) against the same with `climb_options=dict(
             rank_moves=ranker, draw=4)` on the validation graphs: points = 100 x (twin -
             learned) / twin per graph from the means over seeds; one JSON line per run in
@@ -67,7 +71,8 @@ sys.path.insert(0, str(REPO))
 from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
-from regal.search.advantage import FEATURES, REGIMES, MoveRanker, move_features  # noqa: E402
+from regal.search.advantage import (FEATURES, REGIMES, MoveRanker, move_features,  # noqa: E402
+                                    network_scores)
 from regal.workers import Workers, set_numba_threads  # noqa: E402
 
 LIMIT_FACTOR = 1.2
@@ -288,17 +293,106 @@ def _logistic(z, y, lam, iterations=30):
     return w[:-1], w[-1]
 
 
-FITS = ("ls_clip", "ls_centred", "ls_rank", "logistic")
+def _steps(improves, group):
+    """The rows of the steps with an improving candidate, each step's rows together, and
+    where each step starts among them."""
+    count = np.bincount(group, weights=improves.astype(np.float64))
+    keep = np.flatnonzero(count[group] > 0)
+    keep = keep[np.argsort(group[keep], kind="stable")]
+    _, starts = np.unique(group[keep], return_index=True)
+    return keep, starts
+
+
+def listwise_gradient(params: list, x, y, starts):
+    """(loss, gradients) of the listwise loss for the layers `params` ([kernel, bias, ...],
+    ReLU between): rows `x` ordered by step, step `starts`, `y` 1 for improving."""
+    seg = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(x))))
+    acts = [x]                                        # each layer's input
+    for i in range(0, len(params), 2):
+        h = acts[-1] @ params[i] + params[i + 1]
+        if i + 2 < len(params):
+            h = np.maximum(h, 0.0)
+        acts.append(h)
+    score = acts[-1][:, 0]
+    top = np.maximum.reduceat(score, starts)
+    e = np.exp(score - top[seg])
+    total = np.add.reduceat(e, starts)
+    good = np.add.reduceat(e * y, starts)
+    loss = float(np.mean(np.log(total) - np.log(good)))
+    # d loss / d score: (softmax over the step - softmax over its improving ones) / steps
+    grad = ((e / total[seg] - y * e / good[seg]) / len(starts))[:, None]
+    grads = [None] * len(params)
+    for i in range(len(params) - 2, -1, -2):
+        grads[i] = acts[i // 2].T @ grad
+        grads[i + 1] = grad.sum(axis=0)
+        if i:
+            grad = (grad @ params[i].T) * (acts[i // 2] > 0)
+    return loss, grads
+
+
+def _listwise(z, improves, group, hidden=(64, 64), iterations=200, lr=3e-3, seed=0):
+    """A ReLU network (`hidden` widths, one output) fitted listwise: over every step (`group`)
+    with an improving candidate, the mean of -log(the softmax mass of its improving ones among
+    all its candidates), by full-batch Adam. Why listwise: the climb needs the rare improving
+    move of a hard step ranked above the rest of that step's draw, and a fit of each move alone
+    (logistic) is ruled by the easy steps, where most moves improve. Returns the layers."""
+    rng = np.random.default_rng(seed)
+    keep, starts = _steps(improves, group)
+    x = z[keep].astype(np.float32)
+    y = improves[keep].astype(np.float32)
+    widths = (z.shape[1],) + tuple(hidden) + (1,)
+    params = []
+    for a, b in zip(widths, widths[1:]):
+        gain = np.sqrt((2.0 if b > 1 else 1.0) / a)
+        params += [(rng.standard_normal((a, b)) * gain).astype(np.float32),
+                   np.zeros(b, np.float32)]
+    moments = [(np.zeros_like(q), np.zeros_like(q)) for q in params]
+    for it in range(1, iterations + 1):
+        _, grads = listwise_gradient(params, x, y, starts)
+        for q, g, (m, v) in zip(params, grads, moments):
+            m *= 0.9
+            m += 0.1 * g
+            v *= 0.999
+            v += 0.001 * g * g
+            q -= lr * (m / (1 - 0.9 ** it)) / (np.sqrt(v / (1 - 0.999 ** it)) + 1e-8)
+    return [(params[i].astype(np.float64), params[i + 1].astype(np.float64))
+            for i in range(0, len(params), 2)]
+
+
+def listwise_loss(layers, z, improves, group) -> float:
+    """The loss `_listwise` minimises, for `layers` (what its gradient test checks)."""
+    score = network_scores(layers, z)
+    total = 0.0
+    steps = [g for g in np.unique(group) if improves[group == g].any()]
+    for g in steps:
+        s, y = score[group == g], improves[group == g]
+        top = s.max()
+        total -= np.log(np.exp(s[y] - top).sum()) - np.log(np.exp(s - top).sum())
+    return total / len(steps)
+
+
+FITS = ("ls_clip", "ls_centred", "ls_rank", "logistic", "listwise")
 LOGISTIC_LAM = 1e-5     # ridge of the logistic fit (1e-3 and 1e-2 ranked held-out steps no better)
 MIN_STEPS = 100         # a regime with fewer held-out steps borrows the nearest regime's fit
 FALLBACK = {2: 1, 1: 0}
 
 
+def fit_layers(data: dict, mask: np.ndarray, mean, scale, method: str, regime: int) -> list:
+    """One regime's layers (`MoveRanker`) fitted on the rows in `mask`: a linear fit or the
+    listwise network."""
+    rows = mask & (data["regime"] == regime)
+    if method == "listwise" and rows.sum() >= 50:
+        z = (data["x"][rows] - mean) / scale
+        return _listwise(z, _improves(data["r1"][rows], data["r2"][rows]), data["group"][rows])
+    w, b = fit_weights(data, mask, mean, scale, method, regime)
+    return [(w[:, None], np.array([b]))]
+
+
 def fit_weights(data: dict, mask: np.ndarray, mean, scale, method: str, regime: int,
                 lam: float = 1e-3):
-    """(weights [F], bias) for one regime from the rows in `mask`."""
+    """(weights [F], bias) for one regime from the rows in `mask` (a linear fit)."""
     rows = mask & (data["regime"] == regime)
-    if rows.sum() < 50:
+    if rows.sum() < 50 or method == "listwise":
         return np.zeros(len(FEATURES)), 0.0
     z = (data["x"][rows] - mean) / scale
     r1, r2, group = data["r1"][rows], data["r2"][rows], data["group"][rows]
@@ -319,19 +413,24 @@ def fit_weights(data: dict, mask: np.ndarray, mean, scale, method: str, regime: 
     raise ValueError(method)
 
 
+HARD = 0.02     # a hard step: some but under 2% of its drawn moves improve the incumbent
+
+
 def ranking_quality(data: dict, mask: np.ndarray, scores: np.ndarray, draw: int = DRAW,
                     seed: int = 0) -> dict:
     """Per held-out step: the share of steps whose chosen batch (the best-scored len/draw
     candidates; higher score = better) holds a move that improves the incumbent, and the mean
-    best improvement (points, value clipped at 20%) in it; for the model, the drawing order
-    (the plain climb), a random batch (10 draws) and the oracle."""
+    best improvement (points, value clipped at 20%) in it; the same share over the hard steps
+    (`HARD`: where a climb stalls and the choice matters); for the model, the drawing order
+    (the plain climb), a random batch (10 draws) and the oracle. name -> (hit, gain, steps,
+    hit on hard steps, hard steps)."""
     rng = np.random.default_rng(seed)
     rows = np.flatnonzero(mask)
     group = data["group"][rows]
     order = np.argsort(group, kind="stable")
     rows, group = rows[order], group[order]
     _, start, counts = np.unique(group, return_index=True, return_counts=True)
-    stats = {name: [[], []] for name in ("model", "plain", "random", "oracle")}
+    stats = {name: [[], [], []] for name in ("model", "plain", "random", "oracle")}
     for s, c in zip(start, counts):
         if c < draw:
             continue
@@ -340,10 +439,13 @@ def ranking_quality(data: dict, mask: np.ndarray, scores: np.ndarray, draw: int 
         r1, r2 = data["r1"][idx], data["r2"][idx]
         better = _improves(r1, r2)
         gain = np.maximum(np.minimum(r1, 0.2), 0.0) * 100
+        hard = 0 < better.mean() < HARD
 
         def record(name, chosen):
             stats[name][0].append(float(better[chosen].any()))
             stats[name][1].append(float(gain[chosen].max()))
+            if hard:
+                stats[name][2].append(float(better[chosen].any()))
         record("model", np.argsort(-scores[idx], kind="stable")[:q])
         record("plain", np.arange(q))
         hits, gains = [], []
@@ -353,10 +455,14 @@ def ranking_quality(data: dict, mask: np.ndarray, scores: np.ndarray, draw: int 
             gains.append(float(gain[chosen].max()))
         stats["random"][0].append(statistics.fmean(hits))
         stats["random"][1].append(statistics.fmean(gains))
+        if hard:
+            stats["random"][2].append(statistics.fmean(hits))
         record("oracle", np.lexsort((-r2, -r1))[:q])
-    return {name: (statistics.fmean(h) if h else float("nan"),
-                   statistics.fmean(g) if g else float("nan"), len(h))
-            for name, (h, g) in stats.items()}
+
+    def mean(values):
+        return statistics.fmean(values) if values else float("nan")
+    return {name: (mean(h), mean(g), len(h), mean(hh), len(hh))
+            for name, (h, g, hh) in stats.items()}
 
 
 def _shown(path: Path) -> str:
@@ -378,35 +484,39 @@ def fit_main(args) -> str:
                  f" of {int((data['regime'] == g).sum()):,}"
                  for g in range(len(REGIMES)) if (data["regime"] == g).any()) + ".", ""]
     cells, chosen = [], {}
+    z = (data["x"] - mean) / scale
     for regime in range(len(REGIMES)):
         mask = held & (data["regime"] == regime)
         if len(np.unique(data["group"][mask])) < MIN_STEPS:
             continue
         best = None
         for method in FITS:
-            w, b = fit_weights(data, train, mean, scale, method, regime)
-            scores = ((data["x"] - mean) / scale) @ w + b
-            quality = ranking_quality(data, mask, scores)
+            quality = ranking_quality(data, mask, network_scores(
+                fit_layers(data, train, mean, scale, method, regime), z))
             if method == FITS[0]:
                 for name in ("plain", "random", "oracle"):
-                    hit, gain, steps = quality[name]
-                    cells.append([REGIMES[regime], name, steps, f"{hit:.3f}", f"{gain:.3f}"])
-            hit, gain, steps = quality["model"]
-            cells.append([REGIMES[regime], method, steps, f"{hit:.3f}", f"{gain:.3f}"])
+                    hit, gain, steps, hard_hit, hard_steps = quality[name]
+                    cells.append([REGIMES[regime], name, steps, f"{hit:.3f}", f"{gain:.3f}",
+                                  f"{hard_hit:.3f}", hard_steps])
+            hit, gain, steps, hard_hit, hard_steps = quality["model"]
+            cells.append([REGIMES[regime], method, steps, f"{hit:.3f}", f"{gain:.3f}",
+                          f"{hard_hit:.3f}", hard_steps])
             if best is None or gain > best[1]:
                 best = (method, gain)
-        chosen[regime] = best[0]
+        chosen[regime] = best[0] if args.method == "best" else args.method
     lines += markdown_table(["regime", "batch chosen by", "held-out steps",
                              "P(batch holds an improving move)",
-                             "mean best gain in batch (pts)"], cells, "llrrr")
-    lines += ["", "Chosen per regime (best held-out gain): " + ", ".join(
+                             "mean best gain in batch (pts)",
+                             f"P(...) on hard steps (under {HARD:.0%} improve)", "hard steps"],
+                            cells, "llrrrrr")
+    how = "best held-out gain" if args.method == "best" else f"`--method {args.method}`"
+    lines += ["", f"Chosen per regime ({how}): " + ", ".join(
         f"{REGIMES[g]}: {m}" for g, m in chosen.items()) + "."]
     # refit the chosen methods on every graph and save
     mean_all = data["x"].mean(axis=0)
     scale_all = data["x"].std(axis=0)
     scale_all = np.where(scale_all > 1e-12, scale_all, 1.0)
-    weights = np.zeros((len(REGIMES), len(FEATURES)))
-    bias = np.zeros(len(REGIMES))
+    layers = [[(np.zeros((len(FEATURES), 1)), np.zeros(1))] for _ in REGIMES]
     everything = np.ones(len(data["r1"]), bool)
     borrowed = {}
     for regime in range(len(REGIMES)):
@@ -417,23 +527,23 @@ def fit_main(args) -> str:
             continue
         if source != regime:
             borrowed[REGIMES[regime]] = REGIMES[source]
-        weights[regime], bias[regime] = fit_weights(data, everything, mean_all, scale_all,
-                                                    chosen[source], source)
+        layers[regime] = fit_layers(data, everything, mean_all, scale_all, chosen[source],
+                                    source)
     if borrowed:
         lines += ["", "Too few held-out steps to fit on their own (under "
                   f"{MIN_STEPS}), so they take another regime's weights: " + ", ".join(
                       f"{a} <- {b}" for a, b in borrowed.items()) + "."]
-    ranker = MoveRanker(weights, bias, mean_all, scale_all,
+    ranker = MoveRanker(layers, mean_all, scale_all,
                         meta=json.dumps(dict(fits={REGIMES[g]: m for g, m in chosen.items()},
                                              borrowed=borrowed,
                                              rows=int(len(data["r1"])), draw=DRAW,
                                              made_by="experiments/move_ranker.py fit")))
     ranker.save(args.weights)
-    wcells = [[name] + [f"{weights[g, i]:+.3f}" for g in range(len(REGIMES))]
-              for i, name in enumerate(FEATURES)]
-    lines += ["", f"Weights saved to `{_shown(args.weights)}` (standardised features; "
-              "advantage = w . z + b, higher = better):", ""]
-    lines += markdown_table(["feature", *REGIMES], wcells)
+    lines += ["", f"Weights saved to `{_shown(args.weights)}`: per regime, layer widths " +
+              ", ".join(f"{REGIMES[g]} " + " -> ".join(
+                  [str(len(FEATURES))] + [str(len(bias)) for _, bias in regime])
+                  for g, regime in enumerate(layers)) + " (standardised features in, the "
+              "advantage out, higher = better)."]
     text = "\n".join(lines) + "\n"
     print(text, flush=True)
     return text
@@ -487,9 +597,8 @@ def weights_id(path: Path) -> str:
     learned runs of other weights are not reused."""
     import hashlib
 
-    ranker = MoveRanker.load(path)
     h = hashlib.blake2b(digest_size=6)
-    for values in (ranker.weights, ranker.bias, ranker.mean, ranker.scale):
+    for values in MoveRanker.load(path).numbers():
         h.update(np.ascontiguousarray(values, np.float64).tobytes())
     return h.hexdigest()
 
@@ -947,6 +1056,9 @@ def main(argv=None) -> int:
     parser.add_argument("--plain-share", type=float, default=0.3,
                         help="share of logging steps that follow the drawing order")
     parser.add_argument("--weights", type=Path, default=WEIGHTS)
+    parser.add_argument("--method", choices=FITS + ("best",), default="listwise",
+                        help="fit: the fit shipped per regime (best: the best held-out gain); "
+                             "listwise was chosen by the climbs on the validation graphs")
     parser.add_argument("--valid", type=Path, default=VALID)
     parser.add_argument("--valid-count", type=int, default=16)
     parser.add_argument("--budgets", nargs="+", type=int, default=[1000, 5000])

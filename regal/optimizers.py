@@ -250,8 +250,10 @@ METHODS: dict[str, Callable | str] = {
 # by it (`regal.harness.KEY_FIELDS`), so stored runs of the earlier code are run again
 # instead of being reused, and tables leave them out (`regal.harness.current_revisions`).
 # "cpsat": "exact-1" = the model's objective floored at regal.bounds, device symmetry broken,
-# time windows, seeded-brkga among the hints, every incumbent re-scored (issue 39 item 2)
-REVISIONS: dict[str, str] = {"cpsat": "exact-1"}
+# time windows, seeded-brkga among the hints, every incumbent re-scored (issue 39 item 2);
+# "regal": "ranker-1" = its climbs rank four times their batch with the learned move ranker
+# (data/policy/move_ranker.npz, issue 38)
+REVISIONS: dict[str, str] = {"cpsat": "exact-1", "regal": "ranker-1"}
 
 
 def register(name: str, method: Callable | str, revision: str = "") -> None:

@@ -29,7 +29,7 @@ from regal.optimizers import Problem, Solution
 __all__ = ["DEFAULT_POLICY_DIR", "REPO_ROOT", "UNIFORM_MUTANT_FRACTION", "default_policy_dir",
            "same_policy_dir", "resolve_policy_dir", "portable_policy_dir",
            "policy_content_hash", "load_policy", "solve_regal", "ablated_action",
-           "search_params", "solve_regal_paper"]
+           "search_params", "solve_regal_paper", "load_move_ranker", "RANKER_DRAW"]
 
 # the source tree this package lives in (editable install or a clone) and its data/policy/
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +38,11 @@ _LOADED: dict[str, object] = {}
 # share of each generation's mutants kept uniform when the policy biases the keys ("do no
 # harm": plain BRKGA's exploration never stops; docs/design.md §6)
 UNIFORM_MUTANT_FRACTION = 0.5
+# the learned move ranker (data/policy/), and how many times its batch each climb step
+# draws for it to choose from (`regal.search.advantage`, `regal.search.climb` step 6)
+MOVE_RANKER_FILE = "move_ranker.npz"
+RANKER_DRAW = 4
+_RANKERS: dict[str, object] = {}
 
 
 def default_policy_dir() -> Path:
@@ -118,6 +123,26 @@ def ablated_action(policy, action, learn=None, learn_elite_bias=None):
     return make_action(choices, float("nan"), action.reference, policy.menus)
 
 
+def load_move_ranker(move_ranker="shipped"):
+    """A fresh `MoveRanker` (its own timers) for one run, or None: "shipped" is
+    `data/policy/move_ranker.npz` (whatever the policy: the ranker reads the moves, not the
+    graph's embedding), None or "none" is no ranker (the climbs' own order: the no-policy
+    twin's), anything else a path. Files are read once per process."""
+    from regal.search.advantage import MoveRanker
+
+    if move_ranker is None or move_ranker == "none":
+        return None
+    path = DEFAULT_POLICY_DIR / MOVE_RANKER_FILE if move_ranker == "shipped" \
+        else Path(move_ranker)
+    if not path.is_file():
+        raise ValueError(f"move_ranker: no such file {str(path)!r}")
+    key = str(path.resolve())
+    if key not in _RANKERS:
+        _RANKERS[key] = MoveRanker.load(path)
+    loaded = _RANKERS[key]
+    return MoveRanker(loaded.layers, loaded.mean, loaded.scale, loaded.meta)
+
+
 def search_params(action, seed_population: bool = True,
                   uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION) -> dict:
     """`regal.search.pipeline.brkga_phase` keyword arguments that run BRKGA with `action`: its per-gene Betas and elite
@@ -144,7 +169,7 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
                 learn_elite_bias=None, seed_population: bool = True,
                 uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION,
                 polish_share: float | None = None, fresh_climbs: int | None = None,
-                race=None, time_limit: float | None = None,
+                race=None, move_ranker="shipped", time_limit: float | None = None,
                 progress: Callable[[int, float], None] | None = None,
                 should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
     """REGAL: the policy's per-op choices relative to the reference solution, then BRKGA,
@@ -163,8 +188,10 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     `polish_share` of the budget, and of `time_limit` seconds when given, goes to the
     climbs (0: BRKGA only), where `fresh_climbs` climbs afresh from the heuristic starts
     race the one from BRKGA's best by `race` (0: one climb from BRKGA's best): the fields
-    of `regal.search.schedule.Schedule`, defaults `DEFAULT_SCHEDULE`. `should_stop()` ends
-    the search early.
+    of `regal.search.schedule.Schedule`, defaults `DEFAULT_SCHEDULE`. `move_ranker` chooses
+    which of each climb step's `RANKER_DRAW` x batch drawn neighbours are evaluated
+    (`load_move_ranker`: the shipped learned ranker by default, "none" for the climbs' own
+    order). `should_stop()` ends the search early.
     """
     from regal.search.pipeline import run_pipeline, schedule_of
 
@@ -184,10 +211,12 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
                         objective=problem.objective)
     action = ablated_action(policy, action, learn, learn_elite_bias)
     params = search_params(action, seed_population, uniform_mutant_fraction)
+    ranker = load_move_ranker(move_ranker)
     acted = time.perf_counter()
     found = run_pipeline(problem, budget, seed, params, schedule=schedule,
                          time_limit=time_limit, started=start, progress=progress,
-                         should_stop=should_stop, **brkga_options)
+                         should_stop=should_stop, climb_options=None if ranker is None
+                         else dict(rank_moves=ranker, draw=RANKER_DRAW), **brkga_options)
     done = time.perf_counter()
     counts = {head: np.bincount(getattr(action.choices, head),
                                 minlength=len(policy.menus[head])).tolist()
@@ -197,6 +226,7 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     extra.update(policy_load_time=loaded - start, policy_time=acted - loaded,
                  brkga_time=done - acted - extra.get("polish_time", 0.0),
                  search_time=done - acted, policy_mode=mode, menu_counts=counts,
+                 ranker_time=0.0 if ranker is None else ranker.elapsed,
                  policy_source=source, reference_source=reference.source,
                  reference_value=reference.value, reference_evaluations=reference.evaluations)
     return dataclasses.replace(found, extra=extra)

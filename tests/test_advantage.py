@@ -130,21 +130,71 @@ def test_reorders_are_described_by_what_they_do_to_the_live_tensors():
 
 def _ranker(seed=3):
     rng = np.random.default_rng(seed)
-    return MoveRanker(rng.normal(size=(len(REGIMES), len(FEATURES))), rng.normal(size=3),
-                      rng.normal(size=len(FEATURES)), rng.uniform(0.5, 2, len(FEATURES)))
+    return MoveRanker.linear(rng.normal(size=(len(REGIMES), len(FEATURES))), rng.normal(size=3),
+                             rng.normal(size=len(FEATURES)), rng.uniform(0.5, 2, len(FEATURES)))
+
+
+def _network(seed=4, hidden=(5, 3)):
+    """A ranker of ReLU layers `hidden` then one output, random weights, per regime."""
+    rng = np.random.default_rng(seed)
+    widths = (len(FEATURES),) + tuple(hidden) + (1,)
+    layers = [[(rng.normal(size=(a, b)), rng.normal(size=b)) for a, b in zip(widths, widths[1:])]
+              for _ in REGIMES]
+    return MoveRanker(layers, rng.normal(size=len(FEATURES)),
+                      rng.uniform(0.5, 2, len(FEATURES)))
+
+
+def test_a_network_ranker_computes_what_its_layers_say():
+    """The advantage written out unit by unit: ReLU between layers, none after the last."""
+    ranker = _network()
+    x = np.random.default_rng(8).normal(size=(6, len(FEATURES)))
+    for regime in range(len(REGIMES)):
+        got = ranker.advantage(x, regime)
+        for row in range(len(x)):
+            h = [(x[row, f] - ranker.mean[f]) / ranker.scale[f] for f in range(len(FEATURES))]
+            layers = ranker.layers[regime]
+            for i, (kernel, bias) in enumerate(layers):
+                h = [sum(h[a] * kernel[a, b] for a in range(len(h))) + bias[b]
+                     for b in range(len(bias))]
+                if i < len(layers) - 1:
+                    h = [max(v, 0.0) for v in h]
+            assert got[row] == pytest.approx(h[0], rel=1e-9, abs=1e-9)
+
+
+def test_a_linear_ranker_is_the_dot_product():
+    ranker = _ranker()
+    x = np.random.default_rng(9).normal(size=(5, len(FEATURES)))
+    rng = np.random.default_rng(3)
+    weights, bias = rng.normal(size=(len(REGIMES), len(FEATURES))), rng.normal(size=3)
+    mean, scale = rng.normal(size=len(FEATURES)), rng.uniform(0.5, 2, len(FEATURES))
+    for regime in range(len(REGIMES)):
+        expected = ((x - mean) / scale) @ weights[regime] + bias[regime]
+        assert np.allclose(ranker.advantage(x, regime), expected)
+
+
+def test_layers_of_the_wrong_shape_are_refused():
+    good = _network().layers
+    with pytest.raises(ValueError, match="one layer list per regime"):
+        MoveRanker(good[:2])
+    bad = [list(regime) for regime in good]
+    bad[1][1] = (np.zeros((4, 3)), np.zeros(3))          # after a width of 5
+    with pytest.raises(ValueError, match="after width 5"):
+        MoveRanker(bad)
+    with pytest.raises(ValueError, match="2 outputs"):
+        MoveRanker([[(np.zeros((len(FEATURES), 2)), np.zeros(2))]] * len(REGIMES))
 
 
 def test_saved_and_loaded_weights_give_identical_scores(tmp_path):
     problem = Problem(synth.random_dag(60, 5), DeviceSpec(3))
     climb = Climb(problem, 50, 0)
     drawn = climb.moves.neighbours(climb.current, 40, 0.85)
-    ranker = _ranker()
-    ranker.save(tmp_path / "ranker.npz")
-    again = MoveRanker.load(tmp_path / "ranker.npz")
-    first, second = ranker(climb, drawn), again(climb, drawn)
-    assert first.shape == (40,)
-    assert np.array_equal(first, second)
-    assert np.array_equal(first, ranker(climb, drawn))     # and the cached context agrees
+    for ranker in (_ranker(), _network()):
+        ranker.save(tmp_path / "ranker.npz")
+        again = MoveRanker.load(tmp_path / "ranker.npz")
+        first, second = ranker(climb, drawn), again(climb, drawn)
+        assert first.shape == (40,)
+        assert np.array_equal(first, second)
+        assert np.array_equal(first, ranker(climb, drawn))     # and the cached context agrees
 
 
 def test_weights_for_other_features_are_refused(tmp_path):

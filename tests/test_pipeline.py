@@ -179,7 +179,12 @@ def test_the_default_schedule(problem, method):
     assert found.extra["before_polish"] == brkga_only.value
     assert found.extra["polish_evaluations"] == polish_budget == 1000 - brkga_only.evaluations
     assert len(found.extra["lineage_values"]) == FRESH_CLIMBS + 1
-    again = race_climbs(problem, brkga_only, polish_budget, 3, fresh_climbs=FRESH_CLIMBS, race=RACE)
+    ranked = None                           # regal's climbs rank their moves (the twin's not)
+    if method == "regal":
+        from regal.regal_method import RANKER_DRAW, load_move_ranker
+        ranked = dict(rank_moves=load_move_ranker(), draw=RANKER_DRAW)
+    again = race_climbs(problem, brkga_only, polish_budget, 3, fresh_climbs=FRESH_CLIMBS,
+                        race=RACE, climb_options=ranked)
     assert found.extra["lineage_values"] == again.extra["lineage_values"]
     assert found.value == again.value == min(found.extra["lineage_values"])
     assert min(found.extra["lineage_evaluations"]) == int(polish_budget * RACE[0])
@@ -362,16 +367,19 @@ def test_a_fresh_peak_climb_fits_where_the_climb_from_the_misfit_cannot():
     every raced lineage ends over the limit and the peak climb from the race's answer stays
     over it (a local optimum of peak memory too); the second climb of `fit_first`, afresh
     from the heuristic starts, fits. Before it the answer was over the limit (step stretched
-    to 4,386 against the twin's 842)."""
+    to 4,386 against the twin's 842). With its move ranker, `regal`'s race fits there by
+    itself; without it (`move_ranker="none"`) the case is as it was."""
     from regal.synth.recipes import graph_at, recipe_named
 
     graph = graph_at(recipe_named("test"), 38)
     assert graph.num_nodes == 53
     problem = Problem(graph, DeviceSpec(4, 466), "makespan")
-    found = solve("regal", problem, 5000, 1)
+    found = solve("regal", problem, 5000, 1, move_ranker="none")
     assert found.evaluations <= 5000
     assert found.extra["fit_first_climbs"] == 2 and found.extra["fit_first_fits"]
     assert found.feasible and max(found.peak) <= 466
+    ranked = solve("regal", problem, 5000, 1)
+    assert ranked.feasible and max(ranked.peak) <= 466
 
 
 def test_the_reserve_goes_on_climbing_an_answer_that_fits(problem):
@@ -391,7 +399,30 @@ def test_the_reserve_goes_on_climbing_an_answer_that_fits(problem):
 def test_limited_runs_of_the_pipelines_carry_their_own_limits_revision():
     from regal.optimizers import LIMITS_REVISION, METHOD_LIMITS_REVISIONS, method_revision
 
-    assert method_revision("regal") == "" and method_revision("seeded-brkga") == ""
-    for name in ("regal", "seeded-brkga"):
-        assert method_revision(name, 10**9) == METHOD_LIMITS_REVISIONS[name] != LIMITS_REVISION
+    assert method_revision("regal") == "ranker-1" and method_revision("seeded-brkga") == ""
+    assert method_revision("regal", 10**9) == "ranker-1+" + METHOD_LIMITS_REVISIONS["regal"]
+    assert method_revision("seeded-brkga", 10**9) == METHOD_LIMITS_REVISIONS["seeded-brkga"]
+    assert METHOD_LIMITS_REVISIONS["regal"] != LIMITS_REVISION
     assert method_revision("local-search", 10**9) == LIMITS_REVISION
+
+
+def test_regal_ranks_its_climbs_moves_with_the_shipped_ranker_and_the_twin_does_not(
+        problem, tmp_path):
+    """`regal` loads the shipped move ranker (a fresh one per run, its own timer), "none"
+    switches it off, and a missing file is an error that names it; `seeded-brkga` never
+    ranks."""
+    from regal.regal_method import DEFAULT_POLICY_DIR, MOVE_RANKER_FILE, load_move_ranker
+    from regal.search.advantage import MoveRanker
+
+    shipped = MoveRanker.load(DEFAULT_POLICY_DIR / MOVE_RANKER_FILE)
+    first, second = load_move_ranker(), load_move_ranker()
+    assert first is not second and first.elapsed == 0.0
+    for (k, b), (k0, b0) in zip(first.layers[0], shipped.layers[0]):
+        assert np.array_equal(k, k0) and np.array_equal(b, b0)
+    assert load_move_ranker("none") is None and load_move_ranker(None) is None
+    with pytest.raises(ValueError, match="nowhere.npz"):
+        load_move_ranker(str(tmp_path / "nowhere.npz"))
+    ranked = solve("regal", problem, 1500, 2)
+    plain = solve("regal", problem, 1500, 2, move_ranker="none")
+    assert ranked.extra["ranker_time"] > 0.0 and plain.extra["ranker_time"] == 0.0
+    assert "ranker_time" not in solve("seeded-brkga", problem, 1500, 2).extra

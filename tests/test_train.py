@@ -256,7 +256,8 @@ UNIFORM_ONLY = {"affinity": [["uniform", [1, 1], [1, 1], [1, 1], [1, 1]]], "prio
 
 def test_uniform_only_menu_reproduces_plain_brkga_exactly():
     """Unseeded, a uniform-only policy is plain BRKGA at the budget the reference's four
-    evaluations leave; seeded, it is the seeded-brkga baseline."""
+    evaluations leave; seeded and without the learned move ranker (every learned choice at
+    its neutral default), it is the seeded-brkga baseline: the no-policy twin."""
     graph = small_graph(40, seed=7)
     problem = Problem(graph, DeviceSpec(3))
     policy = Policy(num_layers=1, hidden=8, menus=UNIFORM_ONLY)
@@ -271,8 +272,11 @@ def test_uniform_only_menu_reproduces_plain_brkga_exactly():
     via_registry = solve("regal", problem, 300, 11, policy=policy, seed_population=False,
                          polish_share=0)
     assert via_registry.value == plain.value
-    seeded = solve_regal(problem, 300, 11, policy=policy)
-    assert seeded.value == solve("seeded-brkga", problem, 300, 11).value
+    seeded = solve_regal(problem, 300, 11, policy=policy, move_ranker="none")
+    twin = solve("seeded-brkga", problem, 300, 11)
+    assert seeded.value == twin.value
+    np.testing.assert_array_equal(seeded.placement, twin.placement)
+    np.testing.assert_array_equal(seeded.priority, twin.priority)
 
 
 def test_policy_dir_is_stored_portably_and_pinned_by_content_hash(tmp_path, monkeypatch):

@@ -1,5 +1,4 @@
-"""A learned move ranker for the climbs: a linear "local advantage function" over cheap
-features of each drawn neighbour's change from the incumbent (after Wu et al., "Learning
+"""A learned move ranker for the climbs: a "local advantage function" over cheap features of each drawn neighbour's change from the incumbent (after Wu et al., "Learning
 Local Advantage Functions for Generalizable Graph Optimizations").
 
 Why: a climb (`regal.search.climb.Climb`) may draw `draw` times its batch and evaluate only
@@ -10,10 +9,13 @@ candidate's diff from the incumbent relative to what sets the incumbent's peak (
 `PeakFacts`): which bytes live at the peak on the critical device leave it, which bytes land
 on which device and how much room that device has, what a reorder does to a live tensor's
 producer or consumer, how the cut and the compute load change. `MoveRanker` scores them with
-one weight vector per regime (`REGIMES`: the objective, and under running time whether a
+a small network per regime (`REGIMES`: the objective, and under running time whether a
 device is over its limit; within one step only the regime's weights matter, so a feature that
 is constant over the candidates, like the regime itself, can act only through them) and
-returns minus the predicted advantage (lower is better, as `rank_moves` wants).
+returns minus the predicted advantage (lower is better, as `rank_moves` wants). The shipped
+one is two ReLU layers of 64 fitted listwise (each logged step's improving moves against the
+rest of its draw): it finds the rare improving move of a hard step far more often than a
+linear fit of each move alone did (`experiments/results/move_ranker.md`).
 
 Features are scale free: bytes over the critical device's peak `P`, counts over `n`, jumps
 over the device's op count, compute over the mean device load. Colocation groups need no
@@ -40,7 +42,8 @@ from numba import njit
 from regal.decode import decode, split
 from regal.graph import op_bytes
 
-__all__ = ["FEATURES", "REGIMES", "move_features", "regime_of", "MoveRanker", "Context"]
+__all__ = ["FEATURES", "REGIMES", "move_features", "regime_of", "MoveRanker", "Context",
+           "network_scores"]
 
 FEATURES = (
     "live_leave",        # bytes live at the peak on the critical device k that leave k / P
@@ -134,8 +137,12 @@ class Context:
         self.P = P = max(float(peaks[k]), 1.0)
         limits = devices.limits
         self.regime = regime_of(problem, facts)
-        # the level a target device may rise to: its limit under limits, else the peak
-        room = limits.astype(np.float64) if limits is not None else np.full(d, P)
+        # the level a target device may rise to: its limit when the objective is the running
+        # time under limits, else the peak. Under peak memory the limits are left out, so a
+        # limit at or above the answer ranks the moves as no limit does (and the regime's
+        # weights were fitted without limits)
+        room = limits.astype(np.float64) if limits is not None \
+            and problem.objective != "peak_memory" else np.full(d, P)
         self.over_room = (peaks - room) / P                   # [d]
         self.headroom = np.maximum(room - peaks, P / 50.0) / P
         self.obytes = static.obytes / P
@@ -552,26 +559,55 @@ def _features(base, tag, new_dev, new_prio, live_tag, ptr, ops, dev, prio, trans
     return out
 
 
+def network_scores(layers: list, z: np.ndarray) -> np.ndarray:
+    """[m] the output of `layers` ((kernel, bias) pairs, ReLU between them) for inputs z [m, F]."""
+    h = z
+    for i, (kernel, bias) in enumerate(layers):
+        h = h @ kernel + bias
+        if i < len(layers) - 1:
+            h = np.maximum(h, 0.0)
+    return h[:, 0]
+
+
 class MoveRanker:
-    """A `rank_moves` for `Climb`: minus the linear advantage `weights[regime] . z + bias`,
-    where `z` is the features standardised by `mean`, `scale` (lower score = better move).
+    """A `rank_moves` for `Climb`: minus the learned advantage of each drawn neighbour (lower
+    score = better move). Per regime a small network over the features standardised by
+    `mean`, `scale`: `layers[regime]` is a list of (kernel [in, out], bias [out]) with a ReLU
+    between them and one output; a single layer is a linear advantage `w . z + b`.
 
-    `weights` [len(REGIMES), F], `bias` [len(REGIMES)], `mean`, `scale` [F]; `.npz` files
-    hold them with the feature and regime names (`save`, `load`; names must match).
-    `elapsed` sums the seconds spent in calls (the ranker's own wall time)."""
+    `.npz` files hold the layers with the feature and regime names (`save`, `load`; names
+    must match). `elapsed` sums the seconds spent in calls (the ranker's own wall time)."""
 
-    def __init__(self, weights, bias=None, mean=None, scale=None, meta: str = "") -> None:
-        self.weights = np.asarray(weights, np.float64).reshape(len(REGIMES), F)
-        self.bias = np.zeros(len(REGIMES)) if bias is None else np.asarray(bias, np.float64)
+    def __init__(self, layers, mean=None, scale=None, meta: str = "") -> None:
+        if len(layers) != len(REGIMES):
+            raise ValueError(f"one layer list per regime ({len(REGIMES)}), not {len(layers)}")
+        self.layers = [[(np.asarray(k, np.float64), np.asarray(b, np.float64)) for k, b in regime]
+                       for regime in layers]
+        for regime in self.layers:
+            width = F
+            for kernel, bias in regime:
+                if kernel.shape != (width, len(bias)):
+                    raise ValueError(f"layer of shape {kernel.shape} after width {width}")
+                width = len(bias)
+            if width != 1:
+                raise ValueError(f"the last layer has {width} outputs, not 1")
         self.mean = np.zeros(F) if mean is None else np.asarray(mean, np.float64)
         self.scale = np.ones(F) if scale is None else np.asarray(scale, np.float64)
         self.meta = str(meta)
         self.elapsed = 0.0
         self.calls = 0
 
+    @classmethod
+    def linear(cls, weights, bias=None, mean=None, scale=None, meta: str = "") -> "MoveRanker":
+        """The linear advantage `weights[regime] . z + bias[regime]`."""
+        weights = np.asarray(weights, np.float64).reshape(len(REGIMES), F)
+        bias = np.zeros(len(REGIMES)) if bias is None else np.asarray(bias, np.float64)
+        return cls([[(weights[g][:, None], bias[g:g + 1])] for g in range(len(REGIMES))],
+                   mean, scale, meta)
+
     def advantage(self, features: np.ndarray, regime: int) -> np.ndarray:
         z = (np.asarray(features, np.float64) - self.mean) / self.scale
-        return z @ self.weights[regime] + self.bias[regime]
+        return network_scores(self.layers[regime], z)
 
     def __call__(self, climb, drawn) -> np.ndarray:
         """Scores (lower = better) of the drawn neighbours: chromosomes [m, G] or the
@@ -592,10 +628,12 @@ class MoveRanker:
     def save(self, path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        arrays = {f"r{g}_{what}{i}": value for g, regime in enumerate(self.layers)
+                  for i, pair in enumerate(regime) for what, value in zip(("kernel", "bias"), pair)}
         with open(path, "wb") as f:
-            np.savez(f, weights=self.weights, bias=self.bias, mean=self.mean, scale=self.scale,
-                     features=np.array(FEATURES), regimes=np.array(REGIMES),
-                     meta=np.array(self.meta))
+            np.savez(f, mean=self.mean, scale=self.scale, features=np.array(FEATURES),
+                     regimes=np.array(REGIMES), meta=np.array(self.meta),
+                     depth=np.array([len(regime) for regime in self.layers]), **arrays)
 
     @classmethod
     def load(cls, path) -> "MoveRanker":
@@ -603,4 +641,17 @@ class MoveRanker:
             if tuple(z["features"].tolist()) != FEATURES or tuple(z["regimes"].tolist()) != REGIMES:
                 raise ValueError(f"{path}: weights for other features or regimes than "
                                  f"regal.search.advantage's")
-            return cls(z["weights"], z["bias"], z["mean"], z["scale"], str(z["meta"]))
+            if "depth" not in z.files:
+                raise ValueError(f"{path}: not a move ranker file of this version (no layers)")
+            layers = [[(z[f"r{g}_kernel{i}"], z[f"r{g}_bias{i}"]) for i in range(int(depth))]
+                      for g, depth in enumerate(z["depth"].tolist())]
+            return cls(layers, z["mean"], z["scale"], str(z["meta"]))
+
+    def numbers(self):
+        """Every number of the ranker, in a fixed order (what identifies its weights)."""
+        yield self.mean
+        yield self.scale
+        for regime in self.layers:
+            for kernel, bias in regime:
+                yield kernel
+                yield bias
