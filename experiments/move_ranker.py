@@ -1027,7 +1027,11 @@ def equal_section(args) -> str:
             "twin's seconds\" two timed runs (a time limit changes how the pipeline splits "
             "its work: BRKGA by its share of the seconds, the race by its shares of them). "
             "Wall arm / base: the runs' wall seconds; evaluations: what the timed runs spent "
-            "(median).\n\n" + equal_table(equal_rows))
+            "(median).\n\n" + (equal_table(equal_rows) if equal_rows else
+                                  "Not run for these weights yet (`python "
+                                  "experiments/move_ranker.py equal --seeds 3`); "
+                                  "`experiments/results/equal_time.md` has `regal` with them "
+                                  "against every method at equal wall time.\n"))
 
 
 def _replace_section(path: Path, title: str, body: str) -> None:
