@@ -359,18 +359,6 @@ def _listwise(z, improves, group, hidden=(64, 64), iterations=200, lr=3e-3, seed
             for i in range(0, len(params), 2)]
 
 
-def listwise_loss(layers, z, improves, group) -> float:
-    """The loss `_listwise` minimises, for `layers` (what its gradient test checks)."""
-    score = network_scores(layers, z)
-    total = 0.0
-    steps = [g for g in np.unique(group) if improves[group == g].any()]
-    for g in steps:
-        s, y = score[group == g], improves[group == g]
-        top = s.max()
-        total -= np.log(np.exp(s[y] - top).sum()) - np.log(np.exp(s - top).sum())
-    return total / len(steps)
-
-
 FITS = ("ls_clip", "ls_centred", "ls_rank", "logistic", "listwise")
 LOGISTIC_LAM = 1e-5     # ridge of the logistic fit (1e-3 and 1e-2 ranked held-out steps no better)
 MIN_STEPS = 100         # a regime with fewer held-out steps borrows the nearest regime's fit
@@ -392,7 +380,7 @@ def fit_weights(data: dict, mask: np.ndarray, mean, scale, method: str, regime: 
                 lam: float = 1e-3):
     """(weights [F], bias) for one regime from the rows in `mask` (a linear fit)."""
     rows = mask & (data["regime"] == regime)
-    if rows.sum() < 50 or method == "listwise":
+    if rows.sum() < 50:
         return np.zeros(len(FEATURES)), 0.0
     z = (data["x"][rows] - mean) / scale
     r1, r2, group = data["r1"][rows], data["r2"][rows], data["group"][rows]

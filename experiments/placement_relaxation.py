@@ -139,24 +139,6 @@ def _relaxed_peak(m, need, own, held_producer, held_size, held_readers, held_for
     return best[states - 1]
 
 
-def relaxed_peaks(graph, placement: np.ndarray, devices: int, max_ops: int) -> list:
-    """R_k per device (None where k holds more than `max_ops` ops)."""
-    anc = _ancestors(graph)
-    out = []
-    for k in range(devices):
-        arrays = device_arrays(graph, placement, k, anc)
-        m = arrays[-1]
-        if m > max_ops:
-            out.append(None)
-            continue
-        if m == 0:
-            out.append(0)
-            continue
-        need, own, hp, hs, hr, hf, base, _ = arrays
-        out.append(int(_relaxed_peak(m, need, own, hp, hs, hr, hf, base)))
-    return out
-
-
 def _device_peak(graph, placement: np.ndarray, k: int, anc: list[int], max_ops: int) -> int:
     """R_k, or a number above any peak when k holds more than `max_ops` ops (not solved)."""
     arrays = device_arrays(graph, placement, k, anc)
@@ -167,6 +149,13 @@ def _device_peak(graph, placement: np.ndarray, k: int, anc: list[int], max_ops: 
         return 0
     need, own, hp, hs, hr, hf, base, _ = arrays
     return int(_relaxed_peak(m, need, own, hp, hs, hr, hf, base))
+
+
+def relaxed_peaks(graph, placement: np.ndarray, devices: int, max_ops: int) -> list:
+    """R_k per device (None where k holds more than `max_ops` ops)."""
+    anc = _ancestors(graph)
+    peaks = (_device_peak(graph, placement, k, anc, max_ops) for k in range(devices))
+    return [None if peak == _INF else peak for peak in peaks]
 
 
 def least_relaxed_placement(graph, devices: int, start: np.ndarray, iterations: int,

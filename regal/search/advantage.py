@@ -1,5 +1,6 @@
-"""A learned move ranker for the climbs: a "local advantage function" over cheap features of each drawn neighbour's change from the incumbent (after Wu et al., "Learning
-Local Advantage Functions for Generalizable Graph Optimizations").
+"""A learned move ranker for the climbs: a "local advantage function" over cheap features
+of each drawn neighbour's change from the incumbent (after Wu et al., "Learning Local
+Advantage Functions for Generalizable Graph Optimizations").
 
 Why: a climb (`regal.search.climb.Climb`) may draw `draw` times its batch and evaluate only
 the best-ranked batch (`rank_moves`). An oracle that simulates every drawn neighbour for free
