@@ -171,7 +171,8 @@ def log_run(task: dict) -> dict:
 
 
 def log_main(args) -> None:
-    args.logs.mkdir(parents=True, exist_ok=True)
+    logs = args.logs[0]
+    logs.mkdir(parents=True, exist_ok=True)
     paths = sorted(args.train.glob("*.npz"))[:args.train_count]
     if not paths:
         raise SystemExit(f"no graphs in {args.train}: run `regal data synth --recipe train "
@@ -180,9 +181,10 @@ def log_main(args) -> None:
     for i, path in enumerate(paths):
         for objective in ("peak_memory", "makespan"):
             for devices in (2, 4):
-                file = args.logs / f"{path.stem}_{objective}_{devices}.npz"
+                file = logs / f"{path.stem}_{objective}_{devices}.npz"
                 if not file.exists():
-                    tasks.append(dict(path=str(path), graph=i, devices=devices,
+                    tasks.append(dict(path=str(path), graph=args.graph_base + i,
+                                      devices=devices,
                                       objective=objective, budget=args.log_budget, seed=i,
                                       keep=args.keep, plain_share=args.plain_share,
                                       file=str(file)))
@@ -216,11 +218,14 @@ def _run_all(tasks, fn, workers: int, finish_row, desc: str) -> None:
 # fit
 
 
-def load_logs(folder: Path) -> dict:
-    """Every logged row: x [N, F], r1, r2, regime, group (a step of one run), graph."""
+def load_logs(folders) -> dict:
+    """Every logged row of the runs in `folders` (a folder or a list): x [N, F], r1, r2,
+    regime, group (a step of one run), graph (its index: `--graph-base` keeps the graphs
+    of several logging runs apart)."""
+    folders = [folders] if isinstance(folders, (str, Path)) else list(folders)
     parts = {key: [] for key in ("x", "r1", "r2", "regime", "group", "graph")}
     group_base = 0
-    for file in sorted(folder.glob("*.npz")):
+    for file in sorted(f for folder in folders for f in Path(folder).glob("*.npz")):
         if file.name.endswith(".tmp.npz"):
             continue
         with np.load(file) as z:
@@ -234,7 +239,7 @@ def load_logs(folder: Path) -> dict:
             parts["graph"].append(np.full(len(z["r1"]), int(z["graph"])))
             group_base = int(parts["group"][-1].max()) + 1
     if not parts["x"]:
-        raise SystemExit(f"no logs in {folder}: run the `log` step first")
+        raise SystemExit(f"no logs in {', '.join(map(str, folders))}: run the `log` step first")
     return {key: np.concatenate(value) for key, value in parts.items()}
 
 
@@ -1042,7 +1047,11 @@ def main(argv=None) -> int:
                                          "all"))
     parser.add_argument("--train", type=Path, default=TRAIN)
     parser.add_argument("--train-count", type=int, default=60)
-    parser.add_argument("--logs", type=Path, default=LOGS)
+    parser.add_argument("--logs", type=Path, nargs="+", default=[LOGS],
+                        help="log: writes into the first; fit: reads them all")
+    parser.add_argument("--graph-base", type=int, default=0,
+                        help="log: the first graph's index (graphs whose index is 3 mod 4 "
+                             "are held out by fit; give each logging run its own range)")
     parser.add_argument("--log-budget", type=int, default=3000)
     parser.add_argument("--keep", type=float, default=0.5, help="share of logged steps stored")
     parser.add_argument("--plain-share", type=float, default=0.3,
@@ -1075,21 +1084,22 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.workers == 1:
         set_numba_threads(1)
+    command = " ".join(["python experiments/move_ranker.py", *(argv or sys.argv[1:])])
     sections = []
     if args.step in ("log", "all"):
         log_main(args)
-    if args.step in ("fit", "all"):
-        sections.append("## Fit: held-out ranking quality\n\n" + fit_main(args))
-    if args.step in ("eval", "all"):
-        sections.append("## Evaluation against the twin\n\n" + eval_main(args))
-    if args.step in ("timing", "all"):
-        sections.append("## The ranker's share of the wall time\n\n" + timing_main(args))
+    for step, title, run in (("fit", "## Fit: held-out ranking quality", fit_main),
+                             ("eval", "## Evaluation against the twin", eval_main),
+                             ("timing", "## The ranker's share of the wall time", timing_main)):
+        if args.step == "all":
+            sections.append(f"{title}\n\n" + run(args))
+        elif args.step == step:    # one step alone: its section of --out, with its command
+            _replace_section(args.out, title, f"Made by `{command}`.\n\n" + run(args))
     if args.step in ("cost", "equal"):
         text = cost_main(args) if args.step == "cost" else equal_main(args)
         print(text, flush=True)
         _replace_section(args.out, EQUAL_SECTION, equal_section(args))
     if args.step == "all":
-        command = " ".join(["python experiments/move_ranker.py", *(argv or sys.argv[1:])])
         write_text(args.out, "# A learned move ranker for the climbs\n\nMade by "
                    f"`{command}` (numba on one thread).\n\n" + "\n".join(sections))
         if args.cost_records.is_file() or args.equal_records.is_file():

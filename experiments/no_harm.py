@@ -84,11 +84,21 @@ def standard_error(pairs) -> float:
     return statistics.stdev(per_seed) / len(per_seed) ** 0.5
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options this check shares with `no_harm_null.py`: the records and graphs it reads,
+    the budget, the table and its cache."""
     parser.add_argument("--records", required=True, type=Path)
     parser.add_argument("--graphs", nargs="+", required=True, type=Path,
                         help="folders holding the run's graph files (matched by fingerprint)")
+    parser.add_argument("--budget", type=int, default=5000)
+    parser.add_argument("--out", required=True, type=Path, help="Markdown table")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="JSON lines of finished runs (default: OUT with .jsonl)")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    run_arguments(parser)
     parser.add_argument("--method", default="regal")
     parser.add_argument("--against", default="brkga",
                         help="the method it must not be worse than (default brkga)")
@@ -98,10 +108,6 @@ def main(argv=None) -> int:
     parser.add_argument("--below", type=float, default=0.0,
                         help="recheck graphs whose mean improvement is below this (%%)")
     parser.add_argument("--seeds", type=int, default=20, help="seeds 0..N-1 (default 20)")
-    parser.add_argument("--budget", type=int, default=5000)
-    parser.add_argument("--out", required=True, type=Path, help="Markdown table")
-    parser.add_argument("--cache", type=Path, default=None,
-                        help="JSON lines of finished runs (default: OUT with .jsonl)")
     args = parser.parse_args(argv)
     if not args.records.is_file():
         parser.error(f"--records: {args.records} is not a file")

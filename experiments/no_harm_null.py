@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
-from no_harm import HARM, improvement, standard_error  # noqa: E402
+from no_harm import HARM, improvement, run_arguments, standard_error  # noqa: E402
 from regal import harness, optimizers  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
@@ -51,9 +51,7 @@ def recorded(records_file: Path, method: str, budget: int, seeds: int) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", required=True, type=Path)
-    parser.add_argument("--graphs", nargs="+", required=True, type=Path,
-                        help="folders holding the run's graph files (matched by fingerprint)")
+    run_arguments(parser)
     parser.add_argument("--method", default="seeded-brkga")
     parser.add_argument("--seed-offset", type=int, default=1000,
                         help="the placebo's seeds: the twin's plus this")
@@ -61,10 +59,6 @@ def main(argv=None) -> int:
                         help="seeds of the records the first step flags on")
     parser.add_argument("--seeds", type=int, default=5, help="seeds of the recheck")
     parser.add_argument("--below", type=float, default=HARM)
-    parser.add_argument("--budget", type=int, default=5000)
-    parser.add_argument("--out", required=True, type=Path, help="Markdown table")
-    parser.add_argument("--cache", type=Path, default=None,
-                        help="JSON lines of finished runs (default: OUT with .jsonl)")
     args = parser.parse_args(argv)
     if not args.records.is_file():
         parser.error(f"--records: {args.records} is not a file")

@@ -252,8 +252,9 @@ METHODS: dict[str, Callable | str] = {
 # "cpsat": "exact-1" = the model's objective floored at regal.bounds, device symmetry broken,
 # time windows, seeded-brkga among the hints, every incumbent re-scored (issue 39 item 2);
 # "regal": "ranker-1" = its climbs rank four times their batch with the learned move ranker
-# (data/policy/move_ranker.npz, issue 38)
-REVISIONS: dict[str, str] = {"cpsat": "exact-1", "regal": "ranker-1"}
+# (data/policy/move_ranker.npz, issue 38); "ranker-2" = that ranker refitted with moves
+# logged on network-like graphs and the real training families too
+REVISIONS: dict[str, str] = {"cpsat": "exact-1", "regal": "ranker-2"}
 
 
 def register(name: str, method: Callable | str, revision: str = "") -> None:
