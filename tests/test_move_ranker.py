@@ -80,3 +80,22 @@ def test_listwise_fit_ranks_each_steps_improving_move_first():
     top = [y[group == g][np.argmax(scores[group == g])] for g in range(100)]
     assert np.mean(top) >= 0.95
     assert listwise_loss(layers, x, y, group) < 0.2 * np.log(12)
+
+
+def test_the_shipped_ranker_keeps_the_drawing_order_over_a_limit():
+    """A climb whose incumbent is over a memory limit (regime makespan_over) is left to the
+    drawing order: the shipped weights score every move alike there (too few such moves were
+    logged to fit, and the in-limit fit lent to it lost under tight limits), and the fit lends
+    that regime no other's weights."""
+    from regal.regal_method import load_move_ranker
+    from regal.search.advantage import F, REGIMES
+
+    script = experiment("move_ranker")
+    over = REGIMES.index("makespan_over")
+    assert over not in script.FALLBACK
+    ranker = load_move_ranker("shipped")
+    features = np.random.default_rng(0).normal(size=(64, F)) * 10
+    assert np.ptp(ranker.advantage(features, over)) == 0.0
+    for regime in range(len(REGIMES)):       # the other regimes do tell moves apart
+        if regime != over:
+            assert np.ptp(ranker.advantage(features, regime)) > 0.0
