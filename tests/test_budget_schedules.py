@@ -46,7 +46,8 @@ def test_schedules_spend_the_budget_and_keep_their_parts(tmp_path, capsys):
     assert all(r["evaluations"] <= 300 for r in rows.values())
     problem = optimizers.Problem(load_graph(path), DeviceSpec(2))
     two = {"fresh_climbs": 1, "race": (0.5,)}
-    for name, method, options in (("brkga", "brkga", {}), ("two-climbs", "regal", two),
+    for name, method, options in (("brkga", "brkga", {}),
+                                  ("two-climbs", "regal", dict(two, polish_share=0.8)),
                                   ("brkga-polish", "regal", {"polish_share": 0.5,
                                                              "fresh_climbs": 0}),
                                   ("two-climbs-10", "regal", dict(two, polish_share=0.9)),
