@@ -9,7 +9,8 @@ with other seeds fails this check on some graphs. This script measures that: the
 `--method` itself (default `seeded-brkga`) with seeds shifted by `--seed-offset`, against its
 own records' seeds, through the same two steps (flag on `--select-seeds`, recheck on
 `--seeds`). A real method's count (e.g. `no_harm_twin.md`) means something only above this.
-Peak memory, the records' options; resumable (one JSON line per run in `--cache`).
+Peak memory, or with `--objective makespan` the step time under each graph's memory limit of
+the records; the records' options; resumable (one JSON line per run in `--cache`).
 
     python experiments/no_harm_null.py --records experiments/results/transfer_full/records.jsonl \\
         --graphs runs/transfer_graphs/synth_test_100 runs/transfer_graphs/real_heldout_all \\
@@ -35,16 +36,19 @@ from regal.report import markdown_table  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 
 
-def recorded(records_file: Path, method: str, budget: int, seeds: int) -> dict:
-    """(fingerprint, graph, dataset, devices) -> {"options": ..., "values": {seed: value}}
-    for the method's current peak-memory runs with every seed 0..seeds-1."""
+def recorded(records_file: Path, method: str, budget: int, seeds: int,
+             objective: str = "peak_memory") -> dict:
+    """(fingerprint, graph, dataset, devices, memory limit) -> {"options": ..., "values":
+    {seed: value}} for the method's current runs with every seed 0..seeds-1 (peak memory: the
+    runs without a limit; makespan: those under one)."""
     runs: dict = {}
     for r in harness.current_revisions(harness.load_records(records_file)):
         if r.get("status") != "ok" or r["budget"] != budget or r["method"] != method \
-                or r["objective"] != "peak_memory" or r["memory_limit"] is not None:
+                or r["objective"] != objective \
+                or (r["memory_limit"] is None) != (objective == "peak_memory"):
             continue
-        entry = runs.setdefault((r["fingerprint"], r["graph"], r["dataset"], r["devices"]),
-                                {"options": json.loads(r["options"]), "values": {}})
+        key = (r["fingerprint"], r["graph"], r["dataset"], r["devices"], r["memory_limit"])
+        entry = runs.setdefault(key, {"options": json.loads(r["options"]), "values": {}})
         entry["values"][r["seed"]] = float(r["value"])
     return {k: v for k, v in runs.items() if all(s in v["values"] for s in range(seeds))}
 
@@ -53,6 +57,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     run_arguments(parser)
     parser.add_argument("--method", default="seeded-brkga")
+    parser.add_argument("--objective", default="peak_memory", choices=("peak_memory", "makespan"),
+                        help="makespan: the runs under a memory limit (each graph's own)")
     parser.add_argument("--seed-offset", type=int, default=1000,
                         help="the placebo's seeds: the twin's plus this")
     parser.add_argument("--select-seeds", type=int, default=3,
@@ -77,7 +83,8 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as exc:
         parser.error(f"--graphs: {exc}")
     runs = {k: v for k, v in recorded(args.records, args.method, args.budget,
-                                      args.select_seeds).items() if k[0] in paths}
+                                      args.select_seeds, args.objective).items()
+            if k[0] in paths}
     if not runs:
         parser.error(f"--records: no {args.method} runs with seeds 0..{args.select_seeds - 1} "
                      "on the graphs of --graphs")
@@ -85,8 +92,10 @@ def main(argv=None) -> int:
     if cache.exists():
         for line in cache.read_text().splitlines():
             row = json.loads(line)
-            if row["method"] == args.method and row["budget"] == args.budget:
-                done[(*row["key"], row["seed"])] = row["value"]
+            key = tuple(row["key"]) + ((None,) if len(row["key"]) == 4 else ())
+            if row["method"] == args.method and row["budget"] == args.budget \
+                    and row.get("objective", "peak_memory") == args.objective:
+                done[(*key, row["seed"])] = row["value"]
     start = time.perf_counter()
     problems: dict = {}
 
@@ -94,16 +103,17 @@ def main(argv=None) -> int:
         if seed < args.select_seeds and seed in runs[key]["values"]:
             return runs[key]["values"][seed]
         if (*key, seed) not in done:
-            fingerprint, _, _, devices = key
+            fingerprint, _, _, devices, limit = key
             if key not in problems:
                 problems.clear()
                 problems[key] = optimizers.Problem(load_graph(paths[fingerprint]),
-                                                   DeviceSpec(devices), "peak_memory")
+                                                   DeviceSpec(devices, memory_limit=limit),
+                                                   args.objective)
             done[(*key, seed)] = optimizers.solve(args.method, problems[key], args.budget,
                                                   seed, **runs[key]["options"]).value
             with cache.open("a") as fh:
                 fh.write(json.dumps({"key": list(key), "seed": seed, "method": args.method,
-                                     "budget": args.budget,
+                                     "budget": args.budget, "objective": args.objective,
                                      "value": done[(*key, seed)]}) + "\n")
         return done[(*key, seed)]
 
@@ -128,7 +138,10 @@ def main(argv=None) -> int:
     print(f"recheck done ({time.perf_counter() - start:.0f} s)", flush=True)
     lines = [f"# The noise floor of do no harm: {args.method} against itself with seeds + "
              f"{args.seed_offset}", "",
-             f"`{args.method}` (the records' options, peak memory, {args.budget:,} evaluations) "
+             f"`{args.method}` (the records' options, "
+             + ("peak memory" if args.objective == "peak_memory"
+                else "step time under the records' memory limits")
+             + f", {args.budget:,} evaluations) "
              f"with seeds s + {args.seed_offset} against its own runs with seeds s: a method "
              "with no effect. The rule of `experiments/no_harm.py`: a graph and device count "
              f"is flagged when the mean over seeds 0..{args.select_seeds - 1} is below "

@@ -64,3 +64,35 @@ def test_bad_input_is_refused(tmp_path, capsys):
         with pytest.raises(SystemExit) as exc:
             script.main(full)
         assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_runs_under_the_records_memory_limits_for_makespan(tmp_path):
+    """`--objective makespan`: the pairs are the runs under each graph's limit of the records,
+    and the shifted seeds run under the same limit."""
+    from regal import harness
+
+    script = experiment("no_harm_null")
+    folder = tmp_path / "graphs"
+    folder.mkdir()
+    path = one_synthetic_graph(folder, 20, 30, 3)
+    problem = optimizers.Problem(load_graph(path), DeviceSpec(2))
+    limit = int(1.5 * optimizers.solve("brkga", problem, 200, 0).value)  # a peak: fits
+    out = tmp_path / "res"
+    harness.run_experiment(["brkga"], {"synth": folder}, out, seeds=2, budgets=300,
+                           devices=[2], objectives="makespan", memory_limits=limit,
+                           workers=1, progress=False)
+    table = tmp_path / "null.md"
+    argv = ["--records", str(out / "records.jsonl"), "--graphs", str(folder), "--method",
+            "brkga", "--objective", "makespan", "--select-seeds", "2", "--seeds", "2",
+            "--seed-offset", "10", "--budget", "300", "--below", "100", "--out", str(table)]
+    assert script.main(argv) == 0
+    limited = optimizers.Problem(load_graph(path), DeviceSpec(2, memory_limit=limit), "makespan")
+    pairs = [(optimizers.solve("brkga", limited, 300, s).value,
+              optimizers.solve("brkga", limited, 300, s + 10).value) for s in range(2)]
+    (cells,) = _cells(table, "synth")
+    assert cells[3] == f"{script.improvement(pairs):+.2f}%"
+    assert "step time under the records' memory limits" in table.read_text()
+    # the peak-memory check finds no runs without a limit in these records
+    argv[argv.index("--objective") + 1] = "peak_memory"
+    with pytest.raises(SystemExit):
+        script.main(argv)
