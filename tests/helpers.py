@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from regal.graph import ComputationGraph
 from regal.graph_builder import GraphBuilder
@@ -171,6 +172,14 @@ def refused(argv, capsys, needle: str) -> str:
     assert "Traceback" not in err
     assert len(errors) == 1 and needle in errors[0], (needle, err)
     return err
+
+
+def script_refused(main, argv, capsys, needle: str) -> None:
+    """Runs an experiment script's `main(argv)`: it must refuse with exit code 2 and an error
+    that names `needle`."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and needle in capsys.readouterr().err
 
 
 def run_regal(argv, *, file_limit: int | None = None, read_lines: int | None = None,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import brkga_and_local_search_run, experiment, one_synthetic_graph
+from helpers import (brkga_and_local_search_run, experiment, one_synthetic_graph,
+                     script_refused)
 from regal import optimizers
 from regal.io import load_graph
 from regal.sim import DeviceSpec
@@ -59,11 +60,8 @@ def test_bad_input_is_refused(tmp_path, capsys):
                          (["--seed-offset", "2"], "--seed-offset"),
                          (["--graphs", str(tmp_path / "empty")], "--graphs"),
                          ([], "no seeded-brkga runs")):
-        full = ["--records", str(records), "--graphs", str(graphs),
-                "--out", str(tmp_path / "o.md")] + argv
-        with pytest.raises(SystemExit) as exc:
-            script.main(full)
-        assert exc.value.code == 2 and needle in capsys.readouterr().err
+        script_refused(script.main, ["--records", str(records), "--graphs", str(graphs),
+                                     "--out", str(tmp_path / "o.md")] + argv, capsys, needle)
 
 
 def test_runs_under_the_records_memory_limits_for_makespan(tmp_path):
