@@ -36,6 +36,7 @@ from regal.report import markdown_table  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 
 HARM = -1.0   # the rule: no graph more than 1% worse than BRKGA-5K
+DEFAULT_POLICY = "data/policy"   # regal's runs of the shipped policy
 
 
 def suspects(records_file: Path, method: str, policy, below: float, budget: int,
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
     parser.add_argument("--against", default="brkga",
                         help="the method it must not be worse than (default brkga)")
     parser.add_argument("--objective", default="peak_memory", choices=("peak_memory", "makespan"))
-    parser.add_argument("--policy", default="data/policy",
+    parser.add_argument("--policy", default=DEFAULT_POLICY,
                         help="for regal: the runs of this policy folder only (default the shipped)")
     parser.add_argument("--below", type=float, default=0.0,
                         help="recheck graphs whose mean improvement is below this (%%)")

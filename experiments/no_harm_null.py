@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
-from no_harm import HARM, improvement, run_arguments, standard_error  # noqa: E402
+from no_harm import (DEFAULT_POLICY, HARM, improvement, run_arguments,  # noqa: E402
+                     standard_error, suspects)
 from regal import harness, optimizers  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
@@ -39,17 +41,14 @@ from regal.sim import DeviceSpec  # noqa: E402
 def recorded(records_file: Path, method: str, budget: int, seeds: int,
              objective: str = "peak_memory") -> dict:
     """(fingerprint, graph, dataset, devices, memory limit) -> {"options": ..., "values":
-    {seed: value}} for the method's current runs with every seed 0..seeds-1 (peak memory: the
-    runs without a limit; makespan: those under one)."""
-    runs: dict = {}
-    for r in harness.current_revisions(harness.load_records(records_file)):
-        if r.get("status") != "ok" or r["budget"] != budget or r["method"] != method \
-                or r["objective"] != objective \
-                or (r["memory_limit"] is None) != (objective == "peak_memory"):
-            continue
-        key = (r["fingerprint"], r["graph"], r["dataset"], r["devices"], r["memory_limit"])
-        entry = runs.setdefault(key, {"options": json.loads(r["options"]), "values": {}})
-        entry["values"][r["seed"]] = float(r["value"])
+    {seed: value}} for the method's current runs with every seed 0..seeds-1: the runs
+    `no_harm.suspects` reads (peak memory: those without a limit; makespan: those under one;
+    `regal`: the shipped policy's), the method paired with itself and none left out."""
+    found = suspects(records_file, method, DEFAULT_POLICY, math.inf, budget, against=method,
+                     objective=objective)
+    runs = {key: {"options": entry["options"][method],
+                  "values": {seed: value for seed, (value, _) in entry["seeds"].items()}}
+            for key, entry in found.items()}
     return {k: v for k, v in runs.items() if all(s in v["values"] for s in range(seeds))}
 
 
