@@ -97,6 +97,12 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="JSON lines of finished runs (default: OUT with .jsonl)")
 
 
+def revisions(methods, memory_limit) -> list[str]:
+    """The code revisions of `methods` for a run under `memory_limit`, stored with each cached
+    run: a run of other code (a method revised since) is not reused."""
+    return [optimizers.method_revision(name, memory_limit) for name in methods]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     run_arguments(parser)
@@ -126,12 +132,13 @@ def main(argv=None) -> int:
                                        args.budget, args.against, args.objective).items()
              if k[0] in paths}
     done: dict = {}
-    if cache.exists():   # only the lines of this method, baseline and budget
+    if cache.exists():   # only the lines of this method, baseline, budget and code revisions
         for line in cache.read_text().splitlines():
             row = json.loads(line)
             key = tuple(row["key"]) + ((None,) if len(row["key"]) == 4 else ())
             if row["method"] == args.method and row["budget"] == args.budget \
-                    and row.get("against", "brkga") == args.against:
+                    and row.get("against", "brkga") == args.against \
+                    and row.get("revisions") == revisions((args.method, args.against), key[4]):
                 done[(*key, row["seed"])] = (row["brkga"], row["value"])
     start = time.perf_counter()
     for n, key in enumerate(sorted(found, key=lambda k: (k[2], k[3], k[1])), 1):
@@ -152,6 +159,7 @@ def main(argv=None) -> int:
             with cache.open("a") as fh:   # "brkga": the baseline's value (named so before)
                 fh.write(json.dumps({"key": list(key), "seed": seed, "method": args.method,
                                      "against": args.against, "budget": args.budget,
+                                     "revisions": revisions((args.method, args.against), limit),
                                      "brkga": base, "value": value}) + "\n")
         print(f"[{n}/{len(found)}] {dataset} {graph} d={devices} "
               f"({time.perf_counter() - start:.0f} s)", flush=True)

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
-from no_harm import (DEFAULT_POLICY, HARM, improvement, run_arguments,  # noqa: E402
+from no_harm import (DEFAULT_POLICY, HARM, improvement, revisions, run_arguments,  # noqa: E402
                      standard_error, suspects)
 from regal import harness, optimizers  # noqa: E402
 from regal.io import load_graph  # noqa: E402
@@ -93,7 +93,8 @@ def main(argv=None) -> int:
             row = json.loads(line)
             key = tuple(row["key"]) + ((None,) if len(row["key"]) == 4 else ())
             if row["method"] == args.method and row["budget"] == args.budget \
-                    and row.get("objective", "peak_memory") == args.objective:
+                    and row.get("objective", "peak_memory") == args.objective \
+                    and row.get("revisions") == revisions((args.method,), key[4]):
                 done[(*key, row["seed"])] = row["value"]
     start = time.perf_counter()
     problems: dict = {}
@@ -113,6 +114,7 @@ def main(argv=None) -> int:
             with cache.open("a") as fh:
                 fh.write(json.dumps({"key": list(key), "seed": seed, "method": args.method,
                                      "budget": args.budget, "objective": args.objective,
+                                     "revisions": revisions((args.method,), limit),
                                      "value": done[(*key, seed)]}) + "\n")
         return done[(*key, seed)]
 

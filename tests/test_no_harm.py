@@ -88,3 +88,30 @@ def test_checks_a_method_against_another_than_brkga(tmp_path):
     assert cells[5] == f"{script.improvement(pairs):+.2f}%" and cells[8] == "yes"
     rows = [json.loads(line) for line in table.with_suffix(".jsonl").read_text().splitlines()]
     assert [r["against"] for r in rows] == ["local-search"] * 2
+
+
+def test_a_cached_run_of_other_code_is_run_again(tmp_path):
+    """The cache keeps each run's code revisions: a cached run made by other code (a method
+    revised since, or a line from before revisions were stored) is run again, not passed off
+    as the current code's."""
+    script = experiment("no_harm")
+    folder, path, out = brkga_and_local_search_run(tmp_path, "synth", 20, 30, 3, seeds=2,
+                                                   budget=300)
+    table = tmp_path / "no_harm.md"
+    argv = ["--records", str(out / "records.jsonl"), "--graphs", str(folder), "--method",
+            "local-search", "--below", "100", "--seeds", "2", "--budget", "300",
+            "--out", str(table)]
+    assert script.main(argv) == 0
+    cache = table.with_suffix(".jsonl")
+    rows = [json.loads(line) for line in cache.read_text().splitlines()]
+    assert [r["revisions"] for r in rows] == [["", ""]] * 2
+    text = table.read_text()
+    # the same runs, as if made by an earlier local search (other values), and without revisions
+    stale = [dict(r, revisions=["old", ""], value=r["value"] * 10) for r in rows]
+    bare = [{k: v for k, v in r.items() if k != "revisions"} for r in stale]
+    for lines in (stale, bare):
+        cache.write_text("".join(json.dumps(r) + "\n" for r in lines))
+        assert script.main(argv) == 0
+        assert table.read_text() == text              # made again: the current code's figures
+        rows = [json.loads(line) for line in cache.read_text().splitlines()]
+        assert len(rows) == 4 and [r["revisions"] for r in rows[2:]] == [["", ""]] * 2

@@ -3,6 +3,8 @@ rechecked by no_harm's rule; the figures against runs made here, resuming, bad i
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from helpers import (brkga_and_local_search_run, experiment, one_synthetic_graph,
@@ -42,6 +44,14 @@ def test_flags_and_rechecks_the_method_against_its_own_shifted_seeds(tmp_path):
     assert len(lines) == 4
     assert script.main(argv) == 0               # resumed: nothing runs again
     assert len(table.with_suffix(".jsonl").read_text().splitlines()) == 4
+    # each cached run keeps its code's revision; a run of other code is made again
+    rows = [json.loads(line) for line in lines]
+    assert {tuple(r["revisions"]) for r in rows} == {("",)}
+    text = table.read_text()
+    table.with_suffix(".jsonl").write_text("".join(
+        json.dumps(dict(r, revisions=["old"], value=r["value"] * 10)) + "\n" for r in rows))
+    assert script.main(argv) == 0 and table.read_text() == text
+    assert len(table.with_suffix(".jsonl").read_text().splitlines()) == 8
     # a line no pair is below flags none
     argv[argv.index("--below") + 1] = "-100"
     assert script.main(argv) == 0 and "(none)" in table.read_text()
