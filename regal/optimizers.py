@@ -253,8 +253,9 @@ METHODS: dict[str, Callable | str] = {
 # time windows, seeded-brkga among the hints, every incumbent re-scored (issue 39 item 2);
 # "regal": "ranker-1" = its climbs rank four times their batch with the learned move ranker
 # (data/policy/move_ranker.npz, issue 38); "ranker-2" = that ranker refitted with moves
-# logged on network-like graphs and the real training families too
-REVISIONS: dict[str, str] = {"cpsat": "exact-1", "regal": "ranker-2"}
+# logged on network-like graphs and the real training families too; "ranker-3" = refitted
+# with moves of 5,600-14,600-op training steps too, each step's best improving moves first
+REVISIONS: dict[str, str] = {"cpsat": "exact-1", "regal": "ranker-3"}
 
 
 def register(name: str, method: Callable | str, revision: str = "") -> None:

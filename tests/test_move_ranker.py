@@ -99,3 +99,18 @@ def test_the_shipped_ranker_keeps_the_drawing_order_over_a_limit():
     for regime in range(len(REGIMES)):       # the other regimes do tell moves apart
         if regime != over:
             assert np.ptp(ranker.advantage(features, regime)) > 0.0
+
+
+def test_top_moves_keeps_the_improving_moves_near_each_steps_best():
+    """Hand-computed steps: step 0's best gain is 0.10, so 0.06 and 0.10 are ranked first and
+    0.04 (under half of it), 0 and the losses are not; step 1 lowers no peak, so each move that
+    improves the tie-break counts; step 2 improves nothing."""
+    script = experiment("move_ranker")
+    r1 = np.array([0.10, 0.06, 0.04, 0.0, -0.2, 0.0, 0.0, -0.1, -0.1, 0.0])
+    r2 = np.array([0.0, 0.0, 0.0, 0.3, 0.5, 0.2, -0.1, 0.0, 0.4, -0.2])
+    group = np.array([0, 0, 0, 0, 0, 1, 1, 1, 2, 2])
+    assert script.TOP_SHARE == 0.5
+    chosen = script._top_moves(r1, r2, group)
+    assert chosen.tolist() == [True, True, False, False, False, True, False, False, False, False]
+    # every chosen move improves the incumbent (the climb's lexicographic rule)
+    assert not (chosen & ~script._improves(r1, r2)).any()
