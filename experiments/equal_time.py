@@ -43,6 +43,15 @@ METHODS = ("regal", "seeded-brkga", "local-search", "brkga")
 BASE = "brkga"
 
 
+def revisions_of(method: str, limit: int | None) -> list[str]:
+    """The code revisions a run depends on: its method's, and `regal`'s, whose seconds every
+    timed run gets (under `limit`, the limits revisions too). A stored run of other code is
+    made again, and the table reads only runs of the current code."""
+    from regal.optimizers import method_revision
+
+    return [method_revision(method, limit), method_revision("regal", limit)]
+
+
 def run(path: Path, devices: int, seed: int, method: str, budget: int,
         seconds: float | None, objective: str = "peak_memory", limit: int | None = None) -> dict:
     """One run: `method` at `budget` evaluations, or with `seconds` and 10 x `budget`."""
@@ -56,7 +65,8 @@ def run(path: Path, devices: int, seed: int, method: str, budget: int,
     found = solve(method, problem, budget if seconds is None else 10 * budget, seed, **options)
     return dict(set=path.parent.name, graph=path.stem, devices=devices, seed=seed,
                 method=method, budget=budget, seconds=seconds, objective=objective,
-                memory_limit=limit, value=float(found.value),
+                memory_limit=limit, revisions=revisions_of(method, limit),
+                value=float(found.value),
                 evaluations=int(found.evaluations), wall_s=time.perf_counter() - start,
                 ops=problem.graph.num_nodes)
 
@@ -69,7 +79,7 @@ def objective_of(row: dict) -> str:
 def key(row: dict) -> tuple:
     timed = row["seconds"] is not None
     return (row["set"], row["graph"], row["devices"], row["seed"], row["method"],
-            row["budget"], timed, objective_of(row))
+            row["budget"], timed, objective_of(row), tuple(row.get("revisions") or ()))
 
 
 def points(base: float, value: float) -> float:
@@ -168,20 +178,23 @@ def main(argv=None) -> int:
             probe = dict(set=path.parent.name, graph=path.stem, devices=d, seed=s,
                          budget=args.budget, objective=args.objective)
             limit = limit_of(path, d)
-            untimed = done.get(key(dict(probe, method="regal", seconds=None)))
+            untimed = done.get(key(dict(probe, method="regal", seconds=None,
+                                        revisions=revisions_of("regal", limit))))
             if untimed is None:
                 untimed = run(path, d, s, "regal", args.budget, None, args.objective, limit)
                 writer.write(untimed)
                 done[key(untimed)] = untimed
             for method in methods:
-                if key(dict(probe, method=method, seconds=1.0)) not in done:
+                if key(dict(probe, method=method, seconds=1.0,
+                            revisions=revisions_of(method, limit))) not in done:
                     row = run(path, d, s, method, args.budget, untimed["wall_s"],
                               args.objective, limit)
                     writer.write(row)
                     done[key(row)] = row
     finally:
         writer.close()
-    rows = [r for r in done.values() if r["budget"] == args.budget]
+    rows = [r for r in done.values() if r["budget"] == args.budget
+            and r.get("revisions") == revisions_of(r["method"], r.get("memory_limit"))]
     text = ("# REGAL at equal wall time\n\n"
             f"Made by `python experiments/equal_time.py` ({len(rows):,} runs). Per graph, device "
             "count and seed, every method gets the wall seconds `regal` took for "

@@ -53,6 +53,37 @@ def test_every_method_gets_regals_seconds_and_resumes(tmp_path):
     assert len(records.read_text().splitlines()) == len(rows)
 
 
+def test_runs_of_other_code_are_made_again_and_left_out_of_the_table(tmp_path):
+    """Each record keeps the code revisions it depends on (its method's and regal's, whose
+    seconds it gets): after a revision the runs are made again, and the table reads only the
+    current code's, whatever the earlier runs gave."""
+    script = experiment("equal_time")
+    (tmp_path / "graphs").mkdir()
+    folder = Path(one_synthetic_graph(tmp_path / "graphs", 20, 30, 3)).parent
+    records, out = tmp_path / "r.jsonl", tmp_path / "t.md"
+    argv = ["--graphs", str(folder), "--devices", "2", "--seeds", "1", "--budget", "300",
+            "--methods", "regal", "brkga", "--records", str(records), "--out", str(out)]
+    assert script.main(argv) == 0
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    assert {tuple(r["revisions"]) for r in rows} == {
+        tuple(script.revisions_of(r["method"], None)) for r in rows}
+    # the same runs as if an earlier regal had made them, three times worse, or with no
+    # revisions at all: read as they are, regal would be 200 points behind BRKGA
+    def worse(r):
+        return r["value"] * 3 if r["method"] == "regal" else r["value"]
+    for stale in ([dict(r, revisions=["old", "old"], value=worse(r)) for r in rows],
+                  [{k: worse(r) if k == "value" else v for k, v in r.items()
+                    if k != "revisions"} for r in rows]):
+        records.write_text("".join(json.dumps(r) + "\n" for r in stale))
+        assert script.main(argv) == 0
+        assert len(records.read_text().splitlines()) == 2 * len(rows)   # all made again
+        fresh = [json.loads(line) for line in records.read_text().splitlines()][len(rows):]
+        assert all(r["revisions"] == script.revisions_of(r["method"], None) for r in fresh)
+        (regal,) = [line.split("|") for line in out.read_text().splitlines()
+                    if line.startswith("| graphs | 2 | peak_memory | regal |")]
+        assert float(regal[6]) > -50       # the table read the new runs only
+
+
 def test_bad_input_is_refused(tmp_path, capsys):
     script = experiment("equal_time")
     assert script.main(["--graphs", str(tmp_path), "--records", str(tmp_path / "r.jsonl"),
