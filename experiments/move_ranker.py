@@ -358,9 +358,10 @@ def listwise_gradient(params: list, x, y, starts):
 def _listwise(z, improves, group, hidden=(64, 64), iterations=200, lr=3e-3, seed=0):
     """A ReLU network (`hidden` widths, one output) fitted listwise: over every step (`group`)
     with a candidate in `improves` (the moves to rank first: `_top_moves`), the mean of
-    -log(the softmax mass of those among all its candidates), by full-batch Adam. Why listwise: the climb needs the rare improving
-    move of a hard step ranked above the rest of that step's draw, and a fit of each move alone
-    (logistic) is ruled by the easy steps, where most moves improve. Returns the layers."""
+    -log(the softmax mass of those among all its candidates), by full-batch Adam. Why
+    listwise: the climb needs the rare improving move of a hard step ranked above the rest of
+    that step's draw, and a fit of each move alone (logistic) is ruled by the easy steps,
+    where most moves improve. Returns the layers."""
     rng = np.random.default_rng(seed)
     keep, starts = _steps(improves, group)
     x = z[keep].astype(np.float32)
