@@ -135,10 +135,12 @@ def main(argv=None) -> int:
     if cache.exists():   # only the lines of this method, baseline, budget and code revisions
         for line in cache.read_text().splitlines():
             row = json.loads(line)
-            key = tuple(row["key"]) + ((None,) if len(row["key"]) == 4 else ())
+            if "revisions" not in row:      # written before runs kept them: never reused
+                continue
+            key = tuple(row["key"])
             if row["method"] == args.method and row["budget"] == args.budget \
-                    and row.get("against", "brkga") == args.against \
-                    and row.get("revisions") == revisions((args.method, args.against), key[4]):
+                    and row["against"] == args.against \
+                    and row["revisions"] == revisions((args.method, args.against), key[4]):
                 done[(*key, row["seed"])] = (row["brkga"], row["value"])
     start = time.perf_counter()
     for n, key in enumerate(sorted(found, key=lambda k: (k[2], k[3], k[1])), 1):

@@ -91,10 +91,12 @@ def main(argv=None) -> int:
     if cache.exists():
         for line in cache.read_text().splitlines():
             row = json.loads(line)
-            key = tuple(row["key"]) + ((None,) if len(row["key"]) == 4 else ())
+            if "revisions" not in row:      # written before runs kept them: never reused
+                continue
+            key = tuple(row["key"])
             if row["method"] == args.method and row["budget"] == args.budget \
                     and row.get("objective", "peak_memory") == args.objective \
-                    and row.get("revisions") == revisions((args.method,), key[4]):
+                    and row["revisions"] == revisions((args.method,), key[4]):
                 done[(*key, row["seed"])] = row["value"]
     start = time.perf_counter()
     problems: dict = {}
