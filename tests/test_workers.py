@@ -9,7 +9,7 @@ import time
 
 import numba
 
-from regal.workers import Workers, set_numba_threads
+from regal.workers import Workers, blas_controller, set_numba_threads, single_threaded_blas
 from helpers import alive
 
 PARENT = textwrap.dedent("""
@@ -113,3 +113,19 @@ def test_a_worker_process_that_dies_is_worker_died():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=180)
     assert out.stdout.split() == ["['dies',", "'sleeps']", "True", "True"], out.stderr
+
+
+def test_single_threaded_blas_limits_blas_and_restores_it():
+    """Inside the context every BLAS pool runs one thread; on leaving, each is back to what
+    it was (numpy's matmuls are the move ranker's and the policy's)."""
+    import numpy as np
+
+    np.ones((64, 64)) @ np.ones((64, 64))       # numpy's BLAS is loaded
+    before = [pool["num_threads"] for pool in blas_controller().select(user_api="blas").info()]
+    assert before
+    with single_threaded_blas():
+        inside = [pool["num_threads"]
+                  for pool in blas_controller().select(user_api="blas").info()]
+        assert inside == [1] * len(before)
+    after = [pool["num_threads"] for pool in blas_controller().select(user_api="blas").info()]
+    assert after == before

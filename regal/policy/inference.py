@@ -27,12 +27,10 @@ of layers by sorted key).
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from regal.graph import ComputationGraph
 from regal.policy.features import (EDGE_FEATURES, NODE_FEATURES, OP_TYPE_BUCKETS, GraphFeatures,
@@ -40,19 +38,12 @@ from regal.policy.features import (EDGE_FEATURES, NODE_FEATURES, OP_TYPE_BUCKETS
 from regal.policy.menus import (ACTION_SPACE, HEADS, Action, check_mode, choose,
                                 default_choices, learned_heads, make_action, normalise_menus,
                                 read_policy_files)
+from regal.workers import blas_controller, single_threaded_blas
 
 __all__ = ["NumpyPolicy", "as_features", "weight_shapes", "LAYER_NORM_EPSILON"]
 
 TYPE_EMBEDDING = 8          # as regal.policy.model.TYPE_EMBEDDING
 LAYER_NORM_EPSILON = 1e-3   # Keras' LayerNormalization default
-
-
-@functools.cache
-def _blas_threads() -> ThreadpoolController:
-    """Made once (it scans the loaded libraries): a multi-threaded BLAS call that meets
-    threads still spinning from the simulator's parallel batch (numba) can take 5x longer
-    on a 2-core machine, and these matmuls are too small to gain from threads anyway."""
-    return ThreadpoolController()
 
 
 def as_features(graph, devices=None, objective: str = "peak_memory") -> GraphFeatures:
@@ -236,7 +227,7 @@ class NumpyPolicy:
             if heads else np.zeros(0, np.float32)
         self._head_split = np.cumsum([len(self.menus[h]) for h in self._head_names])[:-1]
         self.hidden = hidden
-        _blas_threads()  # its one-off library scan counts as load time, not forward time
+        blas_controller()  # its one-off library scan counts as load time, not forward time
 
     @classmethod
     def load(cls, directory) -> "NumpyPolicy":
@@ -256,7 +247,7 @@ class NumpyPolicy:
 
     def embed(self, graph, devices=None) -> np.ndarray:
         """Every op's float32 embedding after the last message-passing layer, `[n, H]`."""
-        with _blas_threads().limit(limits=1, user_api="blas"):
+        with single_threaded_blas():
             return self._embed(as_features(graph, devices))
 
     def _embed(self, f: GraphFeatures) -> np.ndarray:
@@ -277,7 +268,7 @@ class NumpyPolicy:
         """Menu logits per learned head, float64 `[n, menu size]` (float32 arithmetic)."""
         if not self._head_names:
             return {}
-        with _blas_threads().limit(limits=1, user_api="blas"):
+        with single_threaded_blas():
             h = self._embed(as_features(graph, devices))
             trunk = h @ self._trunk[0] + self._trunk[1]
             np.maximum(trunk, np.float32(0.0), out=trunk)

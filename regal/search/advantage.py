@@ -42,6 +42,7 @@ from numba import njit
 
 from regal.decode import decode, split
 from regal.graph import op_bytes
+from regal.workers import single_threaded_blas
 
 __all__ = ["FEATURES", "REGIMES", "move_features", "regime_of", "MoveRanker", "Context",
            "network_scores"]
@@ -617,7 +618,8 @@ class MoveRanker:
 
         started = time.perf_counter()
         x = move_features(climb, drawn)
-        scores = -self.advantage(x, climb._advantage_context.regime)
+        with single_threaded_blas():
+            scores = -self.advantage(x, climb._advantage_context.regime)
         self.elapsed += time.perf_counter() - started
         self.calls += 1
         return scores
