@@ -24,9 +24,9 @@ every relaxation that drops the cross-device timing) can at best reach min over 
 max_k R_k, which is at most max_k R_k of the best-known placement: if that is far below the
 value, the value or the cross-device timing is where the gap is, not a weak packing argument.
 
-Early arrivals (unless `--no-arrivals`; where `arrival_followers` proves them). The relaxation above
-counts a copy transferred to k only while its reader runs. When links are fast, the
-simulator's copies arrive much earlier: let every op last at least `dmin` > 0 and every op's
+Early arrivals (unless `--no-arrivals`; where `arrival_followers` proves them). The
+relaxation above counts a copy transferred to k only while its reader runs. When links are
+fast, the simulator's copies arrive much earlier: let every op last at least `dmin` > 0 and every op's
 outputs take less than `dmin` to transfer, one after another. A channel (a, k) carries only
 tensors produced on a, whose producers end at least `dmin` apart, so by induction it is idle
 when a producer p ends; p's transfers start at once and end before e_p + dmin [R5, R7]. An op
@@ -130,7 +130,7 @@ def device_arrays(graph, placement: np.ndarray, k: int, anc: list[int],
     producer = graph.tensor_producer
     need = np.zeros(m, np.int64)
     own = np.zeros(m, np.int64)
-    held_producer, held_size, held_readers, held_forever = [], [], [], []
+    held_by, held_size, held_readers, held_forever = [], [], [], []
     arrives = []
     for i, v in enumerate(ops.tolist()):
         need[i] = sum(1 << index[u] for u in index if (anc[v] >> u) & 1)
@@ -140,7 +140,7 @@ def device_arrays(graph, placement: np.ndarray, k: int, anc: list[int],
                 own[i] += int(size[t])
                 readers = graph.consumer[graph.consumer_ptr[t]:graph.consumer_ptr[t + 1]]
                 mask = sum(1 << index[int(c)] for c in readers if int(c) in index)
-                held_producer.append(1 << i)
+                held_by.append(1 << i)
                 held_size.append(int(size[t]))
                 held_readers.append(mask)
                 held_forever.append(len(readers) == 0)
@@ -161,12 +161,12 @@ def device_arrays(graph, placement: np.ndarray, k: int, anc: list[int],
             if not mask:
                 continue
             early = sum(1 << i for v, i in index.items() if (followers[t] >> v) & 1)
-            held_producer.append(mask | early)
+            held_by.append(mask | early)
             held_size.append(int(size[t]))
             held_readers.append(mask)
             held_forever.append(False)
             arrives.append(True)
-    return (need, own, np.asarray(held_producer, np.int64), np.asarray(held_size, np.int64),
+    return (need, own, np.asarray(held_by, np.int64), np.asarray(held_size, np.int64),
             np.asarray(held_readers, np.int64), np.asarray(held_forever, np.bool_),
             np.asarray(arrives, np.bool_), int(graph.persistent_memory[ops].sum()), m)
 
