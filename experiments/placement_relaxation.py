@@ -404,21 +404,17 @@ def main(argv=None) -> int:
                          f"{statistics.median(values):.2f}%, within 1%: "
                          f"{sum(v <= 1.0 for v in values)}, within 5%: "
                          f"{sum(v <= 5.0 for v in values)}, largest {max(values):.2f}%")
-    summary = []
-    for d, values in found_gaps.items():
-        if values:
-            summary.append(f"- {d} devices: the best-known value over the least max R_k found "
-                           f"over placements: median {statistics.median(values):.2f}%, "
-                           f"at most 5%: {sum(v <= 5.0 for v in values)} of {len(values)}, "
-                           f"largest {max(values):.2f}%; that least max R_k over the store's "
-                           f"bound: median {statistics.median(over_bound[d]):.2f}%")
-    for d, values in arrival_gaps.items():
-        if values:
-            summary.append(f"- {d} devices, with early arrivals ({len(values)} graphs): the "
-                           f"best-known value over the least max R_k found: median "
-                           f"{statistics.median(values):.2f}%, at most 5%: "
-                           f"{sum(v <= 5.0 for v in values)} of {len(values)}, largest "
-                           f"{max(values):.2f}%")
+    def spread(values: list) -> str:
+        return (f"median {statistics.median(values):.2f}%, at most 5%: "
+                f"{sum(v <= 5.0 for v in values)} of {len(values)}, largest {max(values):.2f}%")
+
+    summary = [f"- {d} devices: the best-known value over the least max R_k found over "
+               f"placements: {spread(values)}; that least max R_k over the store's bound: "
+               f"median {statistics.median(over_bound[d]):.2f}%"
+               for d, values in found_gaps.items() if values]
+    summary += [f"- {d} devices, with early arrivals ({len(values)} graphs): the best-known "
+                f"value over the least max R_k found: {spread(values)}"
+                for d, values in arrival_gaps.items() if values]
     lines += summary
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines[-len(ratios) - len(summary):]))
