@@ -15,6 +15,7 @@ polish times apart.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -25,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from regal.optimizers import Problem, Solution
+from regal.workers import single_threaded_blas
 
 __all__ = ["DEFAULT_POLICY_DIR", "REPO_ROOT", "UNIFORM_MUTANT_FRACTION", "default_policy_dir",
            "same_policy_dir", "resolve_policy_dir", "portable_policy_dir",
@@ -213,10 +215,12 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     params = search_params(action, seed_population, uniform_mutant_fraction)
     ranker = load_move_ranker(move_ranker)
     acted = time.perf_counter()
-    found = run_pipeline(problem, budget, seed, params, schedule=schedule,
-                         time_limit=time_limit, started=start, progress=progress,
-                         should_stop=should_stop, climb_options=None if ranker is None
-                         else dict(rank_moves=ranker, draw=RANKER_DRAW), **brkga_options)
+    # one BLAS limit for the whole search, not one per ranked step (`single_threaded_blas`)
+    with contextlib.nullcontext() if ranker is None else single_threaded_blas():
+        found = run_pipeline(problem, budget, seed, params, schedule=schedule,
+                             time_limit=time_limit, started=start, progress=progress,
+                             should_stop=should_stop, climb_options=None if ranker is None
+                             else dict(rank_moves=ranker, draw=RANKER_DRAW), **brkga_options)
     done = time.perf_counter()
     counts = {head: np.bincount(getattr(action.choices, head),
                                 minlength=len(policy.menus[head])).tolist()

@@ -4,6 +4,7 @@ share of the cores for numba's batch evaluator, and an exit when the parent proc
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -33,13 +34,31 @@ def blas_controller():
     return ThreadpoolController()
 
 
+_blas_limit = threading.local()      # how deep this thread is in `single_threaded_blas`
+
+
+@contextlib.contextmanager
 def single_threaded_blas():
     """A context in which BLAS runs on one thread. Why: on 2 cores a multi-threaded BLAS
     call leaves its threads spinning, and they fight numba's threads in the simulator's
     next batch (a `regal` run of 5,000 evaluations on a 137-op graph took 1.1 s with the
     move ranker's small matmuls threaded, 0.15 s without); matmuls this small gain nothing
-    from threads."""
-    return blas_controller().limit(limits=1, user_api="blas")
+    from threads. Inside another one it does nothing: setting the limit costs about 30 us,
+    which a climb paid at every step before `regal` held one limit for its whole search."""
+    depth = getattr(_blas_limit, "depth", 0)
+    if depth:
+        _blas_limit.depth = depth + 1
+        try:
+            yield
+        finally:
+            _blas_limit.depth = depth
+        return
+    with blas_controller().limit(limits=1, user_api="blas"):
+        _blas_limit.depth = 1
+        try:
+            yield
+        finally:
+            _blas_limit.depth = 0
 
 
 def exit_with_parent(poll_seconds: float = 0.5) -> None:

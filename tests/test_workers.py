@@ -8,6 +8,7 @@ import textwrap
 import time
 
 import numba
+import pytest
 
 from regal.workers import Workers, blas_controller, set_numba_threads, single_threaded_blas
 from helpers import alive
@@ -129,3 +130,28 @@ def test_single_threaded_blas_limits_blas_and_restores_it():
         assert inside == [1] * len(before)
     after = [pool["num_threads"] for pool in blas_controller().select(user_api="blas").info()]
     assert after == before
+
+
+def test_single_threaded_blas_nests_and_restores_once_at_the_outer_exit():
+    """A nested context (a ranker's call inside `regal`'s whole-search one) keeps the single
+    thread, leaves it on when it exits, and the outer exit restores the pools."""
+    import numpy as np
+
+    np.ones((64, 64)) @ np.ones((64, 64))
+
+    def threads():
+        return [pool["num_threads"] for pool in blas_controller().select(user_api="blas").info()]
+
+    before = threads()
+    with single_threaded_blas():
+        with single_threaded_blas():
+            assert threads() == [1] * len(before)
+        assert threads() == [1] * len(before)
+        with pytest.raises(KeyError):
+            with single_threaded_blas():
+                raise KeyError("an error inside still unwinds the depth")
+        assert threads() == [1] * len(before)
+    assert threads() == before
+    with single_threaded_blas():
+        assert threads() == [1] * len(before)
+    assert threads() == before
