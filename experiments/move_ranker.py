@@ -13,7 +13,9 @@ model per regime) keeps.
             that simulates every drawn neighbour and stores its features and its true relative
             improvement over the incumbent (objective and tie-break), and returns the true
             ranks (the trajectory follows the oracle: the states a good ranker visits) or, on
-            a share `--plain-share` of the steps, the drawing order (the plain climb's states).
+            a share `--plain-share` of the steps, the drawing order (the plain climb's states);
+            with `--follow WEIGHTS` that ranker's choice instead of the oracle's (the states
+            it visits itself; refitting with them changed nothing, `data/policy/README.md`).
             One .npz per run in `--logs` (resumable).
     fit     standardise, fit per regime on the training graphs (linear: least squares on the
             clipped improvement, on it centred per step, on the within-step rank, logistic
@@ -26,6 +28,15 @@ model per regime) keeps.
             quarter and the oracle, refit `--method` (default listwise, chosen by the climbs
             on the validation graphs; `best`: the best held-out gain) on every graph and save
             `--weights`.
+    gate    the restart gate (`MoveRanker.restart_now`): climbs of the whole pipeline with
+            the ranker of `--weights` at `--log-budget` on the `--gate-train` folders (2 and
+            4 devices, `--seeds`, `--gate-objectives`), logging per evaluated step the gate's
+            inputs (`regal.search.advantage.gate_features`) and whether the batch improved;
+            per regime a logistic fit ("improves") with its held-out quality (graphs whose
+            index is 3 mod 4: AUC, and what calling off the least likely `share` of the
+            steps would have lost), then refit on every step, the threshold at the
+            `--gate-share` quantile of its logits; the ranker with the gates is saved to
+            `--gate-out`. Steps logs go to `--gate-logs` (one .npz per run, resumable).
     eval    the twin (`solve_seeded_brkga`) against the same with `climb_options=dict(
             rank_moves=ranker, draw=4)` on the validation graphs: points = 100 x (twin -
             learned) / twin per graph from the means over seeds; one JSON line per run in
@@ -72,14 +83,15 @@ sys.path.insert(0, str(REPO))
 from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
-from regal.search.advantage import (FEATURES, REGIMES, MoveRanker, move_features,  # noqa: E402
-                                    network_scores)
+from regal.search.advantage import (FEATURES, GATE_FEATURES, REGIMES, MoveRanker,  # noqa: E402
+                                    move_features, network_scores)
 from regal.workers import Workers, set_numba_threads  # noqa: E402
 
 LIMIT_FACTOR = 1.2
 DRAW = 4
 TRAIN = REPO / "runs/move_logs/train"
 LOGS = REPO / "runs/move_logs/logs"
+GATE_LOGS = REPO / "runs/move_logs/gate"
 WEIGHTS = REPO / "data/policy/move_ranker.npz"
 VALID = REPO / "runs/transfer_graphs/synth_valid_40"
 LARGE = REPO / "runs/transfer_graphs/large_2_2000-2400/large_00000.npz"
@@ -126,11 +138,13 @@ def _secondary(objective: str, peaks: np.ndarray) -> np.ndarray:
 
 def log_run(task: dict) -> dict:
     """One logged pipeline run (a worker's call): writes task["file"], returns a summary."""
+    from regal.search.advantage import _context
     from regal.search.pipeline import solve_seeded_brkga
     from regal.sim import evaluate
 
     problem, limit = problem_of(task["path"], task["devices"], task["objective"])
     rng = np.random.default_rng(task["seed"] + 7919)
+    follow = MoveRanker.load(task["follow"]) if task.get("follow") else None
     rows: dict[str, list] = {"x": [], "r1": [], "r2": [], "regime": [], "step": []}
     steps = [0]
 
@@ -142,16 +156,18 @@ def log_run(task: dict) -> dict:
         value0, secondary0 = climb.current_key
         r1 = (value0 - values) / max(abs(value0), 1e-12)
         r2 = (secondary0 - secondary) / max(abs(secondary0), 1e-12)
+        regime = _context(climb).regime
         if rng.random() < task["keep"]:
-            from regal.search.advantage import _context
             rows["x"].append(x.astype(np.float32))
             rows["r1"].append(r1.astype(np.float32))
             rows["r2"].append(r2.astype(np.float32))
-            rows["regime"].append(np.full(len(drawn), _context(climb).regime, np.int8))
+            rows["regime"].append(np.full(len(drawn), regime, np.int8))
             rows["step"].append(np.full(len(drawn), steps[0], np.int32))
         steps[0] += 1
         if rng.random() < task["plain_share"]:
             return np.zeros(len(drawn))        # the drawing order: the plain climb's choice
+        if follow is not None:                 # the states this ranker's own climbs visit
+            return -follow.advantage(x, regime)
         ranks = np.empty(len(drawn))
         ranks[np.lexsort((secondary, values))] = np.arange(len(drawn))
         return ranks
@@ -188,6 +204,7 @@ def log_main(args) -> None:
                                       devices=devices,
                                       objective=objective, budget=args.log_budget, seed=i,
                                       keep=args.keep, plain_share=args.plain_share,
+                                      follow=args.follow and str(args.follow),
                                       file=str(file)))
     print(f"log: {len(tasks)} runs to do ({len(paths)} graphs x 2 objectives x 2 device counts)",
           flush=True)
@@ -568,6 +585,140 @@ def fit_main(args) -> str:
                   [str(len(FEATURES))] + [str(len(bias)) for _, bias in regime])
                   for g, regime in enumerate(layers)) + " (standardised features in, the "
               "advantage out, higher = better)."]
+    text = "\n".join(lines) + "\n"
+    print(text, flush=True)
+    return text
+
+
+# ---------------------------------------------------------------------------
+# gate
+
+
+class _GateLogger:
+    """A `rank_moves` that ranks with `ranker` and, through `restart_now` (which never calls a
+    step off), keeps each step's gate inputs; the climb's `last_improved` at its next step
+    is the label (a kick comes only after a step without improvement, so it stays right)."""
+
+    def __init__(self, ranker) -> None:
+        self.ranker, self.rows = ranker, []
+
+    def __call__(self, climb, drawn):
+        return self.ranker(climb, drawn)
+
+    rank_drawn = __call__
+
+    def restart_now(self, climb, scores, count) -> bool:
+        from regal.search.advantage import gate_features
+
+        pending = getattr(climb, "_gate_pending", None)
+        if pending is not None:
+            self.rows.append(np.r_[pending, float(climb.last_improved)])
+        climb._gate_pending = np.r_[gate_features(climb, scores, count),
+                                    climb._advantage_context.regime]
+        return False
+
+
+def gate_log_run(task: dict) -> dict:
+    """One logged run for the gate (a worker's call): writes task["file"]."""
+    from regal.search.pipeline import solve_seeded_brkga
+
+    problem, _ = problem_of(task["path"], task["devices"], task["objective"])
+    logger = _GateLogger(MoveRanker.load(task["weights"]))
+    solve_seeded_brkga(problem, task["budget"], task["seed"],
+                       climb_options=dict(rank_moves=logger, draw=DRAW))
+    rows = np.array(logger.rows) if logger.rows else np.zeros((0, len(GATE_FEATURES) + 2))
+    path = Path(task["file"])
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez_compressed(tmp, rows=rows, graph=task["graph"])
+    tmp.replace(path)
+    return dict(file=str(path), rows=len(rows))
+
+
+def _auc(score: np.ndarray, label: np.ndarray) -> float:
+    """P(a random positive scores above a random negative), ties half."""
+    from scipy.stats import rankdata
+
+    pos = label > 0
+    ranks = rankdata(score)
+    n1, n0 = int(pos.sum()), int((~pos).sum())
+    return float((ranks[pos].sum() - n1 * (n1 + 1) / 2) / max(n1 * n0, 1))
+
+
+def gate_main(args) -> str:
+    tasks = []
+    args.gate_logs.mkdir(parents=True, exist_ok=True)
+    for f, folder in enumerate(args.gate_train):
+        for i, path in enumerate(sorted(folder.glob("*.npz"))):
+            for objective in args.gate_objectives:
+                for devices in (2, 4):
+                    for seed in range(args.seeds):
+                        file = args.gate_logs / f"{folder.name}_{path.stem}_{objective}_{devices}_{seed}.npz"
+                        if not file.exists():
+                            tasks.append(dict(path=str(path), graph=1000 * f + i,
+                                              devices=devices, objective=objective,
+                                              budget=args.log_budget, seed=seed,
+                                              weights=str(args.weights), file=str(file)))
+    print(f"gate: {len(tasks)} runs to log", flush=True)
+    _run_all(tasks, gate_log_run, args.workers, lambda row: None, "gate runs")
+    parts, graphs = [], []
+    for file in sorted(args.gate_logs.glob("*.npz")):
+        if file.name.endswith(".tmp.npz"):
+            continue
+        with np.load(file) as z:
+            if len(z["rows"]):
+                parts.append(z["rows"])
+                graphs.append(np.full(len(z["rows"]), int(z["graph"])))
+    if not parts:
+        raise SystemExit(f"no gate logs in {args.gate_logs}")
+    rows, graph = np.concatenate(parts), np.concatenate(graphs)
+    G = len(GATE_FEATURES)
+    x, regime, label = rows[:, :G], rows[:, G].astype(int), rows[:, G + 1]
+    held = graph % 4 == 3
+    ranker = MoveRanker.load(args.weights)
+    gates = [None] * len(REGIMES)
+    cells = []
+    for g, name in enumerate(REGIMES):
+        mask = regime == g
+        if name not in args.gate_regimes or (mask & held).sum() < MIN_STEPS \
+                or len(np.unique(label[mask & ~held])) < 2:
+            continue
+        train = mask & ~held
+        mean, scale = x[train].mean(axis=0), x[train].std(axis=0)
+        scale = np.where(scale > 1e-12, scale, 1.0)
+        w, b = _logistic((x[train] - mean) / scale, label[train], LOGISTIC_LAM, iterations=50)
+        logit = (x[mask & held] - mean) / scale @ w + b
+        y = label[mask & held]
+        order = np.argsort(logit, kind="stable")
+        losses = []
+        for share in (0.1, 0.2, 0.3, 0.4):
+            off = order[:int(share * len(order))]
+            losses.append(f"{y[off].sum() / max(y.sum(), 1):.2f}")
+        cells.append([name, int(train.sum()), int((mask & held).sum()), f"{y.mean():.3f}",
+                      f"{_auc(logit, y):.3f}", *losses])
+        mean, scale = x[mask].mean(axis=0), x[mask].std(axis=0)    # refit on every step
+        scale = np.where(scale > 1e-12, scale, 1.0)
+        w, b = _logistic((x[mask] - mean) / scale, label[mask], LOGISTIC_LAM, iterations=50)
+        logits = (x[mask] - mean) / scale @ w + b
+        gates[g] = dict(mean=mean, scale=scale, coef=w, bias=np.array([b]),
+                        threshold=np.array([np.quantile(logits, args.gate_share)]))
+    meta = json.loads(ranker.meta) if ranker.meta.startswith("{") else {"ranker": ranker.meta}
+    meta["gate"] = dict(regimes=[REGIMES[g] for g in range(len(REGIMES)) if gates[g]],
+                        share=args.gate_share, steps=int(len(rows)),
+                        made_by="experiments/move_ranker.py gate")
+    out = MoveRanker(ranker.layers, ranker.mean, ranker.scale, json.dumps(meta), gates)
+    out.save(args.gate_out)
+    lines = [f"Logged steps: {len(rows):,} ({int(held.sum()):,} on held-out graphs), from "
+             f"{len(parts)} runs with the ranker of `{_shown(args.weights)}` at "
+             f"{args.log_budget:,} evaluations.", ""]
+    lines += markdown_table(["regime", "training steps", "held-out steps",
+                             "held-out share that improves", "held-out AUC",
+                             "improving steps lost calling off the least likely 10%", "20%",
+                             "30%", "40%"], cells, "lrrrrrrrr")
+    lines += ["", "Gate weights (standardised inputs, refit on every step): " + "; ".join(
+        f"{REGIMES[g]}: " + ", ".join(f"{n} {c:+.2f}" for n, c in zip(GATE_FEATURES, gate["coef"]))
+        + f", threshold {float(gate['threshold'][0]):+.3f} (the {args.gate_share:.0%} quantile "
+        "of its logits)" for g, gate in enumerate(gates) if gate is not None) + ".",
+        "", f"Saved to `{_shown(args.gate_out)}` (the ranker's layers unchanged)."]
     text = "\n".join(lines) + "\n"
     print(text, flush=True)
     return text
@@ -1074,8 +1225,8 @@ def _replace_section(path: Path, title: str, body: str) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=("log", "fit", "eval", "timing", "cost", "equal",
-                                         "all"))
+    parser.add_argument("step", choices=("log", "fit", "gate", "eval", "timing", "cost",
+                                         "equal", "all"))
     parser.add_argument("--train", type=Path, default=TRAIN)
     parser.add_argument("--train-count", type=int, default=60)
     parser.add_argument("--logs", type=Path, nargs="+", default=[LOGS],
@@ -1087,7 +1238,24 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", type=float, default=0.5, help="share of logged steps stored")
     parser.add_argument("--plain-share", type=float, default=0.3,
                         help="share of logging steps that follow the drawing order")
+    parser.add_argument("--follow", type=Path, default=None,
+                        help="log: the climbs follow this ranker's choice (weights file) "
+                             "instead of the oracle's, on the steps not in drawing order")
     parser.add_argument("--weights", type=Path, default=WEIGHTS)
+    parser.add_argument("--gate-train", type=Path, nargs="+", default=[TRAIN],
+                        help="gate: folders of training graphs (their index + 1000 x the "
+                             "folder's keeps graphs apart for the held-out split)")
+    parser.add_argument("--gate-logs", type=Path, default=GATE_LOGS)
+    parser.add_argument("--gate-objectives", nargs="+", default=["peak_memory"],
+                        choices=("peak_memory", "makespan"))
+    parser.add_argument("--gate-regimes", nargs="+", default=["peak_memory"], choices=REGIMES,
+                        help="gate: the regimes that get one (under running time the gate "
+                             "changed nothing on the validation graphs)")
+    parser.add_argument("--gate-share", type=float, default=0.15,
+                        help="gate: the share of logged steps whose logit is below the "
+                             "threshold (0.15 was the best of 0.11, 0.15, 0.20, 0.26 on the "
+                             "validation graphs)")
+    parser.add_argument("--gate-out", type=Path, default=WEIGHTS)
     parser.add_argument("--method", choices=FITS + ("best",), default="listwise",
                         help="fit: the fit shipped per regime (best: the best held-out gain); "
                              "listwise was chosen by the climbs on the validation graphs")
@@ -1120,6 +1288,7 @@ def main(argv=None) -> int:
     if args.step in ("log", "all"):
         log_main(args)
     for step, title, run in (("fit", "## Fit: held-out ranking quality", fit_main),
+                             ("gate", "## The restart gate", gate_main),
                              ("eval", "## Evaluation against the twin", eval_main),
                              ("timing", "## The ranker's share of the wall time", timing_main)):
         if args.step == "all":

@@ -254,8 +254,10 @@ METHODS: dict[str, Callable | str] = {
 # "regal": "ranker-1" = its climbs rank four times their batch with the learned move ranker
 # (data/policy/move_ranker.npz, issue 38); "ranker-2" = that ranker refitted with moves
 # logged on network-like graphs and the real training families too; "ranker-3" = refitted
-# with moves of 5,600-14,600-op training steps too, each step's best improving moves first
-REVISIONS: dict[str, str] = {"cpsat": "exact-1", "regal": "ranker-3"}
+# with moves of 5,600-14,600-op training steps too, each step's best improving moves first;
+# "ranker-4" = the same ranker with a restart gate under peak memory (a climb step whose
+# batch is unlikely to improve is called off and the climb restarts from its best)
+REVISIONS: dict[str, str] = {"cpsat": "exact-1", "regal": "ranker-4"}
 
 
 def register(name: str, method: Callable | str, revision: str = "") -> None:

@@ -142,7 +142,7 @@ def load_move_ranker(move_ranker="shipped"):
     if key not in _RANKERS:
         _RANKERS[key] = MoveRanker.load(path)
     loaded = _RANKERS[key]
-    return MoveRanker(loaded.layers, loaded.mean, loaded.scale, loaded.meta)
+    return MoveRanker(loaded.layers, loaded.mean, loaded.scale, loaded.meta, loaded.gates)
 
 
 def search_params(action, seed_population: bool = True,

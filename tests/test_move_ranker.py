@@ -114,3 +114,45 @@ def test_top_moves_keeps_the_improving_moves_near_each_steps_best():
     assert chosen.tolist() == [True, True, False, False, False, True, False, False, False, False]
     # every chosen move improves the incumbent (the climb's lexicographic rule)
     assert not (chosen & ~script._improves(r1, r2)).any()
+
+
+def test_gate_auc_is_the_share_of_positive_negative_pairs_in_order():
+    script = experiment("move_ranker")
+    rng = np.random.default_rng(3)
+    score = rng.integers(0, 6, 80).astype(float)          # many ties
+    label = (rng.random(80) < 0.4).astype(float)
+    pos, neg = score[label > 0], score[label == 0]
+    pairs = sum((p > q) + 0.5 * (p == q) for p in pos for q in neg)
+    assert script._auc(score, label) == np.float64(pairs / (len(pos) * len(neg)))
+
+
+def test_gate_logger_labels_each_step_with_whether_the_climb_then_improved():
+    """One row per ranked step but the last, labelled 1 exactly when the climb accepted a move
+    at that step: the positives are the climb's accepts (less one when its last step
+    improved, whose label never comes)."""
+    from regal import synth
+    from regal.optimizers import Problem
+    from regal.regal_method import load_move_ranker
+    from regal.search.advantage import GATE_FEATURES
+    from regal.search.climb import Climb
+    from regal.sim import DeviceSpec
+
+    script = experiment("move_ranker")
+    logger = script._GateLogger(load_move_ranker("shipped"))
+    climb = Climb(Problem(synth.random_dag(80, 2), DeviceSpec(2)), 2500, 1,
+                  rank_moves=logger, draw=4).run(2500)
+    rows = np.array(logger.rows)
+    assert rows.shape == (climb.steps - 1, len(GATE_FEATURES) + 2) and climb.gated == 0
+    assert climb.accepted - 1 <= rows[:, -1].sum() <= climb.accepted
+    assert set(np.unique(rows[:, -2])) == {0.0}            # peak memory's regime
+
+
+def test_the_shipped_gate_acts_under_peak_memory_only():
+    from regal.regal_method import load_move_ranker
+    from regal.search.advantage import GATE_FEATURES, REGIMES
+
+    ranker = load_move_ranker("shipped")
+    assert [gate is not None for gate in ranker.gates] == [name == "peak_memory"
+                                                         for name in REGIMES]
+    gate = ranker.gates[REGIMES.index("peak_memory")]
+    assert gate["coef"].shape == (len(GATE_FEATURES),) and np.isfinite(gate["threshold"]).all()

@@ -399,8 +399,8 @@ def test_the_reserve_goes_on_climbing_an_answer_that_fits(problem):
 def test_limited_runs_of_the_pipelines_carry_their_own_limits_revision():
     from regal.optimizers import LIMITS_REVISION, METHOD_LIMITS_REVISIONS, method_revision
 
-    assert method_revision("regal") == "ranker-3" and method_revision("seeded-brkga") == ""
-    assert method_revision("regal", 10**9) == "ranker-3+" + METHOD_LIMITS_REVISIONS["regal"]
+    assert method_revision("regal") == "ranker-4" and method_revision("seeded-brkga") == ""
+    assert method_revision("regal", 10**9) == "ranker-4+" + METHOD_LIMITS_REVISIONS["regal"]
     assert method_revision("seeded-brkga", 10**9) == METHOD_LIMITS_REVISIONS["seeded-brkga"]
     assert METHOD_LIMITS_REVISIONS["regal"] != LIMITS_REVISION
     assert method_revision("local-search", 10**9) == LIMITS_REVISION

@@ -50,6 +50,10 @@ tensors live on it at one instant, a few percent of the ops. So:
    choices were its earlier ones again). Drawing costs no evaluation; the ranker's own work
    is its business. This is the seam for learned move guidance, and for its oracle ceiling
    (`experiments/ceilings.py`: a ranker that simulates every drawn neighbour for free).
+   A ranker with a `restart_now(climb, scores, count)` method may also call a step off:
+   then the batch is not evaluated and the climb restarts from its best at once, as if its
+   patience had run out (`regal.search.advantage.MoveRanker`'s restart gate: most steps of a
+   stalled climb hold no improving move, and each cost a batch of evaluations).
 
 Neighbours are drawn compiled (`regal.search.draw_kernel`, the same draws as the Python
 moves it replaced, kept in tests/move_reference.py) as a few writes to the incumbent's keys
@@ -155,6 +159,10 @@ class Climb:
         self._refresh(self.current)
         self.batch = min(16, batch_size)
         self.stale = self.restarts = self.steps = self.accepted = 0
+        # what a restart gate reads (`restart_now`): evaluated steps without improvement since
+        # the last improvement or kick, whether the last evaluated step improved; and how
+        # many steps it called off
+        self.fail_run, self.last_improved, self.gated = 0, False, 0
 
     @property
     def value(self) -> float:
@@ -193,12 +201,13 @@ class Climb:
         self.moves.placement = placement
         self.moves.facts = peak_facts(self.problem, placement, prio, tprio)
 
-    def _drawn(self, count: int) -> np.ndarray:
+    def _drawn(self, count: int) -> np.ndarray | None:
         """The `count` neighbours of the incumbent to evaluate: as drawn without a move ranker,
         else the best-ranked `count` of `draw * count` drawn (ties keep the drawing order).
         A ranker with a `rank_drawn(climb, drawn)` method reads the drawn neighbours as writes
         to the incumbent's keys (`regal.search.moves.Drawn`), and only the chosen ones are
-        made into chromosomes; any other is called with the chromosomes of all of them."""
+        made into chromosomes; any other is called with the chromosomes of all of them.
+        None when the ranker's `restart_now` calls the step off."""
         drawn = self.moves.draw(self.current, count * self.draw, self.directed)
         if self.rank_moves is None:
             return drawn.keys()
@@ -211,6 +220,9 @@ class Climb:
         order = np.argsort(ranks, kind="stable")
         if self.draw > 1:
             order = self._untried_first(drawn, order, count)
+            restart_now = getattr(self.rank_moves, "restart_now", None)
+            if restart_now is not None and restart_now(self, ranks, count):
+                return None
         return drawn.keys(order[:count])
 
     def _untried_first(self, drawn, order: np.ndarray, count: int) -> np.ndarray:
@@ -247,25 +259,32 @@ class Climb:
                 rows, cost = self._score(self.current[None, :])
                 self.current_key, self.used = tuple(rows[0]), self.used + cost
                 self.stale, self.restarts = 0, self.restarts + 1
+                self.fail_run, self.last_improved = 0, False
                 if self.current_key < self.best_key:
                     self.best, self.best_key = self.current.copy(), self.current_key
                 self._refresh(self.current)
                 continue
             count = min(self.batch, budget - self.used)
             candidates = self._drawn(count)
+            if candidates is None:               # called off: restart from the best now
+                self.steps, self.gated, self.stale = self.steps + 1, self.gated + 1, self.patience
+                self.batch = min(self.batch_size, self.batch * 2)
+                continue
             keys, cost = self._score(candidates)
             self.used += cost
             self.steps += 1
             j = int(np.lexsort(keys.T[::-1])[0])
             better = int(sum(tuple(row) < self.current_key for row in keys))
-            if tuple(keys[j]) < self.current_key:
+            self.last_improved = tuple(keys[j]) < self.current_key
+            if self.last_improved:
                 self.current, self.current_key = candidates[j].copy(), tuple(keys[j])
-                self.stale, self.accepted = 0, self.accepted + 1
+                self.stale, self.accepted, self.fail_run = 0, self.accepted + 1, 0
                 if self.current_key < self.best_key:
                     self.best, self.best_key = self.current.copy(), self.current_key
                 self._refresh(self.current)
             else:
                 self.stale += count
+                self.fail_run += 1
             # many improving neighbours: smaller batches climb faster; none: look wider
             if better * 4 >= count:
                 self.batch = max(min(8, self.batch_size), self.batch // 2)
@@ -284,7 +303,7 @@ class Climb:
                         extra={"initial_value": float(self.initial_value),
                                "start": self.start_name, "restarts": self.restarts,
                                "steps": self.steps, "accepted": self.accepted,
-                               "repeats": self.repeats})
+                               "repeats": self.repeats, "gated": self.gated})
 
 
 
