@@ -80,7 +80,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
+from regal.files import JsonLinesWriter, read_json_lines, replacing, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
 from regal.search.advantage import (FEATURES, GATE_FEATURES, REGIMES, MoveRanker,  # noqa: E402
@@ -179,10 +179,9 @@ def log_run(task: dict) -> dict:
     if not rows["x"]:
         data["x"] = np.zeros((0, len(FEATURES)), np.float32)
     path = Path(task["file"])
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez_compressed(tmp, **data, graph=task["graph"], devices=task["devices"],
-                        objective=task["objective"])
-    tmp.replace(path)
+    with replacing(path) as tmp:
+        np.savez_compressed(tmp, **data, graph=task["graph"], devices=task["devices"],
+                            objective=task["objective"])
     return dict(file=str(path), rows=int(len(data["r1"])), steps=steps[0],
                 value=float(found.value), wall_s=time.perf_counter() - start)
 
@@ -311,6 +310,12 @@ def _group_rank(key1, key2, group) -> np.ndarray:
         top = max(inv.max(), 1)
         out[idx] = 1.0 - inv / top
     return out
+
+
+def _standardiser(x: np.ndarray):
+    """(mean, scale) of the rows of `x` per column; a constant column gets scale 1."""
+    scale = x.std(axis=0)
+    return x.mean(axis=0), np.where(scale > 1e-12, scale, 1.0)
 
 
 def _ridge(z, y, lam):
@@ -510,9 +515,7 @@ def fit_main(args) -> str:
     data = load_logs(args.logs)
     held = (data["graph"] % 4) == 3
     train = ~held
-    mean = data["x"][train].mean(axis=0)
-    scale = data["x"][train].std(axis=0)
-    scale = np.where(scale > 1e-12, scale, 1.0)
+    mean, scale = _standardiser(data["x"][train])
     lines = [f"Logged rows: {len(data['r1']):,} in {len(np.unique(data['group'])):,} steps "
              f"({int(train.sum()):,} rows on training graphs, {int(held.sum()):,} held out: "
              "graphs whose index is 3 mod 4). Improving share per regime: " + ", ".join(
@@ -549,9 +552,7 @@ def fit_main(args) -> str:
     lines += ["", f"Chosen per regime ({how}): " + ", ".join(
         f"{REGIMES[g]}: {m}" for g, m in chosen.items()) + "."]
     # refit the chosen methods on every graph and save
-    mean_all = data["x"].mean(axis=0)
-    scale_all = data["x"].std(axis=0)
-    scale_all = np.where(scale_all > 1e-12, scale_all, 1.0)
+    mean_all, scale_all = _standardiser(data["x"])
     layers = [[(np.zeros((len(FEATURES), 1)), np.zeros(1))] for _ in REGIMES]
     everything = np.ones(len(data["r1"]), bool)
     borrowed = {}
@@ -628,9 +629,8 @@ def gate_log_run(task: dict) -> dict:
                        climb_options=dict(rank_moves=logger, draw=DRAW))
     rows = np.array(logger.rows) if logger.rows else np.zeros((0, len(GATE_FEATURES) + 2))
     path = Path(task["file"])
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez_compressed(tmp, rows=rows, graph=task["graph"])
-    tmp.replace(path)
+    with replacing(path) as tmp:
+        np.savez_compressed(tmp, rows=rows, graph=task["graph"])
     return dict(file=str(path), rows=len(rows))
 
 
@@ -683,8 +683,7 @@ def gate_main(args) -> str:
                 or len(np.unique(label[mask & ~held])) < 2:
             continue
         train = mask & ~held
-        mean, scale = x[train].mean(axis=0), x[train].std(axis=0)
-        scale = np.where(scale > 1e-12, scale, 1.0)
+        mean, scale = _standardiser(x[train])
         w, b = _logistic((x[train] - mean) / scale, label[train], LOGISTIC_LAM, iterations=50)
         logit = (x[mask & held] - mean) / scale @ w + b
         y = label[mask & held]
@@ -695,8 +694,7 @@ def gate_main(args) -> str:
             losses.append(f"{y[off].sum() / max(y.sum(), 1):.2f}")
         cells.append([name, int(train.sum()), int((mask & held).sum()), f"{y.mean():.3f}",
                       f"{_auc(logit, y):.3f}", *losses])
-        mean, scale = x[mask].mean(axis=0), x[mask].std(axis=0)    # refit on every step
-        scale = np.where(scale > 1e-12, scale, 1.0)
+        mean, scale = _standardiser(x[mask])                       # refit on every step
         w, b = _logistic((x[mask] - mean) / scale, label[mask], LOGISTIC_LAM, iterations=50)
         logits = (x[mask] - mean) / scale @ w + b
         gates[g] = dict(mean=mean, scale=scale, coef=w, bias=np.array([b]),

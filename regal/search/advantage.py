@@ -592,10 +592,11 @@ def gate_features(climb, scores: np.ndarray, count: int) -> np.ndarray:
     evaluated, and the climb's counters (`Climb.fail_run`, `Climb.last_improved`)."""
     advantage = -np.asarray(scores, np.float64)
     top = np.sort(advantage)[::-1][:max(1, int(count))]
+    top_mean, all_mean = top.mean(), advantage.mean()
     current, best = float(climb.current_key[0]), float(climb.best_key[0])
     return np.array([
-        top[0], top.mean(), top[-1], advantage.mean(), advantage.std(),
-        top.mean() - advantage.mean(), climb.stale / climb.patience,
+        top[0], top_mean, top[-1], all_mean, advantage.std(),
+        top_mean - all_mean, climb.stale / climb.patience,
         climb.batch / climb.batch_size, (current - best) / max(abs(best), 1e-12),
         1.0 if climb.last_improved else 0.0, np.log1p(climb.fail_run),
         np.log1p(climb.restarts)])
@@ -700,10 +701,8 @@ class MoveRanker:
         """Whether `climb` should skip evaluating this step's batch and restart from its best
         (the gate's logit below its threshold); never where the regime has no gate."""
         logit = self.gate_logit(climb, scores, count)
-        if logit is None:
-            return False
-        gate = self.gates[climb._advantage_context.regime]
-        return logit < float(gate["threshold"].reshape(-1)[0])
+        return logit is not None and logit < float(
+            self.gates[climb._advantage_context.regime]["threshold"].reshape(-1)[0])
 
     def save(self, path) -> None:
         path = Path(path)
