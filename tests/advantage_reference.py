@@ -168,3 +168,59 @@ def _device_ranks(place: np.ndarray, prio: np.ndarray) -> np.ndarray:
     ranks = np.empty((m, n), np.int64)
     ranks[rows, order] = np.arange(n) - first
     return ranks
+
+
+def context_arrays(climb) -> dict:
+    """The per-incumbent arrays `Context` computes in one compiled pass
+    (`regal.search.advantage._context_arrays`), in numpy as it computed them before: from
+    the climb's placement, keys and `PeakFacts`, over the same scale `P`."""
+    from regal.search.advantage import _context
+
+    c = _context(climb)
+    graph, facts, n, d, k, P = climb.problem.graph, climb.moves.facts, c.n, c.d, c.k, c.P
+    place0, prio0 = c.place0, c.prio0
+    tensors = np.asarray(facts.tensors, np.int64)
+    tbytes = np.asarray(facts.tensor_bytes, np.float64) / P
+    producer = graph.tensor_producer[tensors].astype(np.int64)
+    cptr = graph.consumer_ptr
+    counts = (cptr[tensors + 1] - cptr[tensors]).astype(np.int64)
+    owner = np.repeat(np.arange(len(tensors)), counts)
+    starts = np.repeat(cptr[tensors].astype(np.int64), counts)
+    offset = np.arange(len(owner)) - np.repeat(np.cumsum(counts) - counts, counts)
+    cons = graph.consumer[starts + offset].astype(np.int64)
+    waiting = (place0[cons] == k) & (facts.end[cons] > facts.time)
+    wait_owner, wait_op = owner[waiting], cons[waiting]
+    out = dict(wait_owner=wait_owner, wait_op=wait_op)
+    out["has_waiting"] = np.bincount(wait_owner, minlength=len(tensors)) > 0
+    out["cons_bytes"] = np.zeros(n)
+    np.add.at(out["cons_bytes"], wait_op, tbytes[wait_owner])
+    out["prod_bytes"] = np.zeros(n)
+    np.add.at(out["prod_bytes"], producer, tbytes)
+    out["after_peak"] = after = facts.start > facts.time
+    out["peak_rank"] = int(np.sum((place0 == k) & ~after))
+    out["dev_count"] = count = np.bincount(place0, minlength=d).astype(np.int64)
+    order = np.lexsort((np.arange(n), -prio0, place0))
+    out["run_ptr"] = np.concatenate([[0], np.cumsum(count)])
+    out["run_order"] = order
+    edge_src, edge_dst = c.edge_src, c.edge_dst
+    cross = place0[edge_src] != place0[edge_dst]
+    out["cut0"] = float(cross.sum())
+    out["cut_time0"] = float(c.edge_time[cross].sum())
+    out["senders0"] = np.zeros(n, bool)
+    out["senders0"][edge_src[cross]] = True
+    out["load0"] = load = np.bincount(place0, weights=c.cost, minlength=d)
+    out["max_load0"], out["load_k0"] = float(load.max()), float(load[k])
+    out["is_peak"] = np.zeros(n, bool)
+    out["is_peak"][facts.ops] = True
+    out["peak_bytes"] = np.zeros(n)
+    out["peak_bytes"][facts.ops] = np.asarray(facts.op_bytes, np.float64) / P
+
+    def grouped(keys, values):
+        order = np.argsort(keys, kind="stable")
+        return np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=n))]), values[order]
+
+    out["prod_ptr"], out["prod_live"] = grouped(producer, np.arange(len(tensors)))
+    out["waitby_ptr"], out["waitby_live"] = grouped(wait_op, wait_owner)
+    out["wait_ptr"] = np.concatenate([[0], np.cumsum(np.bincount(wait_owner,
+                                                                 minlength=len(tensors)))])
+    return out

@@ -283,8 +283,8 @@ FEATURE_CASES = _feature_cases()
 def test_the_compiled_features_equal_the_dense_reference(which):
     """Along a ranked climb (groups and pins, limits, 2-4 devices): the features read from
     the drawn writes equal those from the chromosomes exactly, and the dense numpy reference
-    to rounding (sums taken in another order)."""
-    from advantage_reference import _device_ranks, _window_memory
+    to rounding (sums taken in another order); the per-incumbent arrays equal numpy's."""
+    from advantage_reference import _device_ranks, _window_memory, context_arrays
     from advantage_reference import move_features as reference
 
     problem = FEATURE_CASES[which]
@@ -302,6 +302,8 @@ def test_the_compiled_features_equal_the_dense_reference(which):
         np.testing.assert_array_equal(c.window, _window_memory(problem, c.place0, c.prio0,
                                                                c.tr0) / c.P)
         np.testing.assert_array_equal(c.rank0, _device_ranks(c.place0[None], c.prio0[None])[0])
+        for name, value in context_arrays(climb).items():     # the compiled pass, exactly
+            np.testing.assert_array_equal(getattr(c, name), value, err_msg=name)
         climb.run(climb.used + 120)
     assert compared > 0
 

@@ -112,6 +112,8 @@ class _Static:
         np.add.at(self.out_bytes, graph.tensor_producer, own)
         # data edges: producer -> consumer with the tensor's transfer time
         cptr = graph.consumer_ptr
+        self.consumer_ptr = np.asarray(cptr, np.int64)
+        self.consumer = np.asarray(graph.consumer, np.int64)
         edge_tensor = np.repeat(np.arange(graph.num_tensors), np.diff(cptr))
         self.edge_src = graph.tensor_producer[edge_tensor].astype(np.int64)
         self.edge_dst = graph.consumer.astype(np.int64)
@@ -159,54 +161,31 @@ class Context:
         self.obytes = static.obytes / P
         self.cost, self.mean_load = static.cost, static.mean_load
 
-        # live tensors at the peak on k; their waiting consumers there
+        # live tensors at the peak on k, their waiting consumers there (not finished by the
+        # peak), the run orders, the cut and the loads: one compiled pass (`_context_arrays`)
         tensors = np.asarray(facts.tensors, np.int64)
         tbytes = np.asarray(facts.tensor_bytes, np.float64) / P
-        remote = np.asarray(facts.remote, bool)
         producer = graph.tensor_producer[tensors].astype(np.int64)
-        cptr = graph.consumer_ptr
-        counts = (cptr[tensors + 1] - cptr[tensors]).astype(np.int64)
-        owner = np.repeat(np.arange(len(tensors)), counts)
-        if len(owner):
-            starts = np.repeat(cptr[tensors].astype(np.int64), counts)
-            offset = np.arange(len(owner)) - np.repeat(np.cumsum(counts) - counts, counts)
-            cons = graph.consumer[starts + offset].astype(np.int64)
-        else:
-            cons = np.zeros(0, np.int64)
-        waiting = (self.place0[cons] == k) & (facts.end[cons] > facts.time)
-        self.wait_owner, self.wait_op = owner[waiting], cons[waiting]
-        self.live_bytes, self.live_remote, self.live_producer = tbytes, remote, producer
-        self.has_waiting = np.bincount(self.wait_owner, minlength=len(tensors)) > 0
-        # per op: live bytes it is a waiting consumer of, and live bytes it produces
-        self.cons_bytes = np.zeros(n)
-        np.add.at(self.cons_bytes, self.wait_op, tbytes[self.wait_owner])
-        self.prod_bytes = np.zeros(n)
-        np.add.at(self.prod_bytes, producer, tbytes)
         self.ops_at_peak = np.asarray(facts.ops, np.int64)
         self.ops_bytes = np.asarray(facts.op_bytes, np.float64) / P
+        (self.wait_owner, self.wait_op, self.wait_ptr, self.has_waiting, self.cons_bytes,
+         self.prod_bytes, self.after_peak, self.dev_count, self.peak_rank, load0,
+         self.run_ptr, self.run_order, self.rank0, cross0, cut0, self.senders0, self.is_peak,
+         self.peak_bytes, self.prod_ptr, self.prod_live, self.waitby_ptr, self.waitby_live) = \
+            _context_arrays(n, d, k, self.place0, self.prio0, tensors, tbytes, producer,
+                            static.consumer_ptr, static.consumer, facts.end, facts.start,
+                            float(facts.time), self.cost, static.edge_src,
+                            static.edge_dst, self.ops_at_peak, self.ops_bytes)
+        self.live_bytes, self.live_producer = tbytes, producer
+        self.live_remote = np.asarray(facts.remote, bool)
         self.out_bytes = static.out_bytes / P
-        self.after_peak = facts.start > facts.time            # [n] started after the peak
-        # ops on k that started by the peak: the run-order rank the peak falls at
-        self.peak_rank = int(np.sum((self.place0 == k) & ~self.after_peak))
-        self.dev_count = np.bincount(self.place0, minlength=d).astype(np.int64)
-        # each device's run order by the incumbent's keys (higher first, ties to the lower id)
-        # and each op's rank in it
-        order = np.lexsort((np.arange(n), -self.prio0, self.place0))
-        self.run_ptr = np.zeros(d + 1, np.int64)
-        np.cumsum(self.dev_count, out=self.run_ptr[1:])
-        self.run_order = order.astype(np.int64)
-        self.rank0 = np.empty(n, np.int64)
-        self.rank0[order] = np.arange(n) - self.run_ptr[self.place0[order]]
+        self.peak_rank = int(self.peak_rank)
 
         # the cut and the loads
         self.edge_src, self.edge_dst, self.edge_time = \
             static.edge_src, static.edge_dst, static.edge_time
-        cross0 = self.place0[self.edge_src] != self.place0[self.edge_dst]
-        self.cut0 = float(cross0.sum())
+        self.cut0 = float(cut0)
         self.cut_time0 = float(self.edge_time[cross0].sum())
-        self.senders0 = np.zeros(n, bool)
-        self.senders0[self.edge_src[cross0]] = True
-        load0 = np.bincount(self.place0, weights=self.cost, minlength=d)
         self.max_load0, self.load_k0 = float(load0.max()), float(load0[k])
         # each device's live bytes while each op ran in the incumbent (its trace's curves):
         # where an op moved onto that device would add its bytes
@@ -218,20 +197,116 @@ class Context:
 
         # what the compiled features (`_features`) read: from an op to what its move touches
         self.load0 = load0
-        self.is_peak = np.zeros(n, np.bool_)
-        self.is_peak[self.ops_at_peak] = True
-        self.peak_bytes = np.zeros(n)
-        self.peak_bytes[self.ops_at_peak] = self.ops_bytes
-        self.prod_ptr, self.prod_live = _csr(producer, n)          # live tensors by producer
-        self.waitby_ptr, self.waitby_live = _csr(self.wait_op, n, self.wait_owner)
-        self.wait_ptr = np.zeros(len(tensors) + 1, np.int64)       # waiting consumers by tensor
-        np.cumsum(np.bincount(self.wait_owner, minlength=len(tensors)), out=self.wait_ptr[1:])
         self.in_ptr, self.in_edges, self.out_ptr, self.pinned = \
             static.in_ptr, static.in_edges, static.out_ptr, static.pinned
         self.grouped, self.colocation, self.member_ptr, self.members = \
             static.grouped, static.colocation, static.member_ptr, static.members
         self.static = static
         self.live_mark = np.zeros(len(tensors), np.int64)
+
+
+@njit(cache=True)
+def _context_arrays(n, d, k, place0, prio0, tensors, tbytes, producer, cptr, consumer, end,
+                    start, at, cost, edge_src, edge_dst, ops_at_peak, ops_bytes):
+    """The integer and sequentially summed per-incumbent arrays of `Context`, in one compiled
+    pass (each as the numpy it replaced computed it: the waiting consumers in tensor then
+    consumer order, sums in index order, run orders by key descending with ties to the lower
+    id, the CSR lists stable)."""
+    T = len(tensors)
+    # waiting consumers of each live tensor on k (consumers not finished by the peak)
+    total = 0
+    for i in range(T):
+        t = tensors[i]
+        total += cptr[t + 1] - cptr[t]
+    wait_owner = np.empty(total, np.int64)
+    wait_op = np.empty(total, np.int64)
+    w = 0
+    for i in range(T):
+        t = tensors[i]
+        for c in range(cptr[t], cptr[t + 1]):
+            u = consumer[c]
+            if place0[u] == k and end[u] > at:
+                wait_owner[w], wait_op[w] = i, u
+                w += 1
+    wait_owner, wait_op = wait_owner[:w], wait_op[:w]
+    wait_ptr = np.zeros(T + 1, np.int64)
+    for i in range(w):
+        wait_ptr[wait_owner[i] + 1] += 1
+    for i in range(T):
+        wait_ptr[i + 1] += wait_ptr[i]
+    has_waiting = np.zeros(T, np.bool_)
+    for i in range(T):
+        has_waiting[i] = wait_ptr[i + 1] > wait_ptr[i]
+    cons_bytes = np.zeros(n)
+    for i in range(w):
+        cons_bytes[wait_op[i]] += tbytes[wait_owner[i]]
+    prod_bytes = np.zeros(n)
+    for i in range(T):
+        prod_bytes[producer[i]] += tbytes[i]
+    after_peak = np.empty(n, np.bool_)
+    dev_count = np.zeros(d, np.int64)
+    peak_rank = 0
+    load0 = np.zeros(d)
+    for v in range(n):
+        after_peak[v] = start[v] > at
+        dev_count[place0[v]] += 1
+        if place0[v] == k and not after_peak[v]:
+            peak_rank += 1
+        load0[place0[v]] += cost[v]
+    # each device's run order: keys descending, ties to the lower id
+    run_ptr = np.zeros(d + 1, np.int64)
+    for j in range(d):
+        run_ptr[j + 1] = run_ptr[j] + dev_count[j]
+    run_order = np.empty(n, np.int64)
+    fill = run_ptr[:d].copy()
+    for v in range(n):
+        run_order[fill[place0[v]]] = v
+        fill[place0[v]] += 1
+    for j in range(d):
+        ids = run_order[run_ptr[j]:run_ptr[j + 1]]
+        keys = np.empty(len(ids))
+        for i in range(len(ids)):
+            keys[i] = -prio0[ids[i]]
+        run_order[run_ptr[j]:run_ptr[j + 1]] = ids[np.argsort(keys, kind="mergesort")]
+    rank0 = np.empty(n, np.int64)
+    for i in range(n):
+        v = run_order[i]
+        rank0[v] = i - run_ptr[place0[v]]
+    # the cut
+    cross0 = np.empty(len(edge_src), np.bool_)
+    senders0 = np.zeros(n, np.bool_)
+    cut0 = 0
+    for e in range(len(edge_src)):
+        cross0[e] = place0[edge_src[e]] != place0[edge_dst[e]]
+        if cross0[e]:
+            cut0 += 1
+            senders0[edge_src[e]] = True
+    is_peak = np.zeros(n, np.bool_)
+    peak_bytes = np.zeros(n)
+    for i in range(len(ops_at_peak)):
+        is_peak[ops_at_peak[i]] = True
+        peak_bytes[ops_at_peak[i]] = ops_bytes[i]
+    prod_ptr, prod_live = _csr_kernel(producer, n, np.arange(T))
+    waitby_ptr, waitby_live = _csr_kernel(wait_op, n, wait_owner)
+    return (wait_owner, wait_op, wait_ptr, has_waiting, cons_bytes, prod_bytes, after_peak,
+            dev_count, peak_rank, load0, run_ptr, run_order, rank0, cross0, cut0, senders0,
+            is_peak, peak_bytes, prod_ptr, prod_live, waitby_ptr, waitby_live)
+
+
+@njit(cache=True)
+def _csr_kernel(keys, n, values):
+    """(ptr [n + 1], items): `values` grouped by key 0..n-1, in their order within a key."""
+    ptr = np.zeros(n + 1, np.int64)
+    for i in range(len(keys)):
+        ptr[keys[i] + 1] += 1
+    for v in range(n):
+        ptr[v + 1] += ptr[v]
+    fill = ptr[:n].copy()
+    items = np.empty(len(keys), np.int64)
+    for i in range(len(keys)):
+        items[fill[keys[i]]] = values[i]
+        fill[keys[i]] += 1
+    return ptr, items
 
 
 def _csr(keys: np.ndarray, n: int, values: np.ndarray | None = None):
@@ -592,10 +667,14 @@ def gate_features(climb, scores: np.ndarray, count: int) -> np.ndarray:
     evaluated, and the climb's counters (`Climb.fail_run`, `Climb.last_improved`)."""
     advantage = -np.asarray(scores, np.float64)
     top = np.sort(advantage)[::-1][:max(1, int(count))]
-    top_mean, all_mean = top.mean(), advantage.mean()
+    # the means and the spread as ndarray.mean and .std compute them (the same sums), without
+    # their wrappers: they were most of this function's time
+    top_mean, all_mean = top.sum() / len(top), advantage.sum() / len(advantage)
+    spread = advantage - all_mean
+    std = np.sqrt((spread * spread).sum() / len(advantage))
     current, best = float(climb.current_key[0]), float(climb.best_key[0])
     return np.array([
-        top[0], top_mean, top[-1], all_mean, advantage.std(),
+        top[0], top_mean, top[-1], all_mean, std,
         top_mean - all_mean, climb.stale / climb.patience,
         climb.batch / climb.batch_size, (current - best) / max(abs(best), 1e-12),
         1.0 if climb.last_improved else 0.0, np.log1p(climb.fail_run),

@@ -226,26 +226,30 @@ class Climb:
         return drawn.keys(order[:count])
 
     def _untried_first(self, drawn, order: np.ndarray, count: int) -> np.ndarray:
-        """`order` (best-ranked first) with the neighbours this incumbent has not sent to
-        evaluation yet, each once, ahead of the others (repeats, in rank order); the first
-        `count` are marked as tried. Why: a ranker scores a move alike every time it is
-        drawn, so without this it picks the same top moves again, step after step and
-        twice in one batch; they are looked up, not paid for, but half the neighbours a
-        learned ranker chose were such repeats (2,179-op graph), which took time and steps
-        and told the climb nothing new."""
+        """The first `count` of `order` (best-ranked first) with the neighbours this incumbent
+        has not sent to evaluation yet, each once, ahead of the others (repeats, in rank
+        order); the fresh ones among them are marked as tried. Why: a ranker scores a move
+        alike every time it is drawn, so without this it picks the same top moves again, step
+        after step and twice in one batch; they are looked up, not paid for, but half the
+        neighbours a learned ranker chose were such repeats (2,179-op graph), which took time
+        and steps and told the climb nothing new."""
         from regal.search.draw_kernel import row_hashes
 
         hashes = row_hashes(self.moves.n, drawn.row_ptr, drawn.kind, drawn.op,
                             drawn.value.view(np.int64)).tolist()
         fresh, again, seen, tried = [], [], set(), self._tried
         for i in order.tolist():
-            if hashes[i] in seen or hashes[i] in tried:
-                again.append(i)
+            h = hashes[i]
+            if h in seen or h in tried:
+                if len(again) < count:
+                    again.append(i)
             else:
-                seen.add(hashes[i])
+                seen.add(h)
                 fresh.append(i)
-        self._tried.update(hashes[i] for i in fresh[:count])
-        return np.asarray(fresh + again, np.int64)
+                if len(fresh) == count:
+                    break
+        tried.update(seen)
+        return np.asarray((fresh + again)[:count], np.int64)
 
     def run(self, budget: int, progress=None, should_stop=None) -> "Climb":
         """Climbs until this lineage has spent `budget` evaluations in all (its starts
