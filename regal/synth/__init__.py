@@ -13,13 +13,14 @@ a CostGraphDef.
 
 from regal.synth.families import inception_like, layered_cnn, random_dag, transformer_like
 from regal.synth.recipes import (FAMILIES, RECIPES, REGAL_SYNTHETIC, SYNTH_VERSION, SplitRecipe,
-                                 custom_recipe, generate, graph_at, materialize, min_ops,
+                                 custom_recipe, family_at, generate, graph_at, materialize,
+                                 min_ops,
                                  recipe_named, recipe_to_dict)
 from regal.synth.training import augment, training_graph
 
 __all__ = [
     "FAMILIES", "SYNTH_VERSION", "REGAL_SYNTHETIC", "RECIPES", "SplitRecipe",
     "random_dag", "layered_cnn", "inception_like", "transformer_like", "training_graph",
-    "augment", "generate", "min_ops", "graph_at", "materialize", "recipe_named",
+    "augment", "generate", "min_ops", "graph_at", "family_at", "materialize", "recipe_named",
     "custom_recipe", "recipe_to_dict",
 ]

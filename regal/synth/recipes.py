@@ -165,8 +165,8 @@ def custom_recipe(count: int, min_ops: int, max_ops: int, seed: int, family: str
                        families=_families(family), training=training)
 
 
-def graph_at(recipe: SplitRecipe, index: int) -> ComputationGraph:
-    """Graph `index` of `recipe`, rebuilt on its own (no other graph of the split is needed)."""
+def _draws(recipe: SplitRecipe, index: int):
+    """(op count, family, generator) of graph `index`: its generator after those two draws."""
     if isinstance(index, bool) or not isinstance(index, (int, np.integer)) \
             or not 0 <= index < recipe.count:
         raise ValueError(f"index must be in 0..{recipe.count - 1}, got {index!r}")
@@ -175,8 +175,18 @@ def graph_at(recipe: SplitRecipe, index: int) -> ComputationGraph:
     rng = np.random.default_rng(seq)
     num_ops = int(rng.integers(recipe.min_ops, recipe.max_ops + 1))
     fams = recipe.families
-    fam = fams[int(rng.integers(len(fams)))]
+    return num_ops, fams[int(rng.integers(len(fams)))], rng
+
+
+def graph_at(recipe: SplitRecipe, index: int) -> ComputationGraph:
+    """Graph `index` of `recipe`, rebuilt on its own (no other graph of the split is needed)."""
+    num_ops, fam, rng = _draws(recipe, index)
     return generate(fam, num_ops, int(rng.integers(2**63)), training=recipe.training)
+
+
+def family_at(recipe: SplitRecipe, index: int) -> str:
+    """The family graph `index` of `recipe` is drawn from (without building it)."""
+    return _draws(recipe, index)[1]
 
 
 def recipe_to_dict(recipe: SplitRecipe) -> dict:

@@ -1,0 +1,217 @@
+"""What the policy adds on large unseen training steps (tracker issue 38, item 5: graphs of
+10k-100k ops, where the twin leaves most).
+
+Why: the transfer tables' large graphs are 33k-50k ops, where 5,000 evaluations barely move
+any search (the policy adds -0.01 to +0.05 points there). Training steps of 10k-15k ops are
+the size of the large validation graphs the move ranker was checked on. This runs `regal`,
+its no-policy twin `seeded-brkga`, `regal` without its move ranker (the BRKGA prior alone),
+local search and BRKGA at the same evaluations on a synthetic split no fit has seen (its
+own recipe seed; forward, backward and update ops of random, CNN, inception and transformer
+networks), peak memory, 2 and 4 devices.
+
+    python experiments/large_steps.py            # 6 graphs, 3 seeds: about 15 min on 2 cores
+
+Points: 100 x (BRKGA's value - the method's) / BRKGA's per graph from the means over seeds;
+policy adds = 100 x (twin - regal) / twin per graph, the same way; "ranker adds" is `regal`
+against `regal` without its ranker. One JSON line per run in `--records` (keyed by graph,
+devices, seed, method and the method's code revision: resumable, and a new revision runs
+again). Results: experiments/results/large_steps.md (and .jsonl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
+from regal.report import markdown_table  # noqa: E402
+
+RECORDS = REPO / "experiments/results/large_steps.jsonl"
+OUT = REPO / "experiments/results/large_steps.md"
+GRAPHS = REPO / "runs/large_steps"
+RECIPE = dict(min_ops=10000, max_ops=15000, seed=20261130, family="mixed", training=True)
+BASE, TWIN = "brkga", "seeded-brkga"
+NO_RANKER = "regal-no-ranker"       # regal with move_ranker="none": the BRKGA prior alone
+METHODS = ("regal", TWIN, NO_RANKER, "local-search", BASE)
+
+
+def recipe(count: int):
+    from regal.synth import custom_recipe
+
+    return custom_recipe(count, RECIPE["min_ops"], RECIPE["max_ops"], RECIPE["seed"],
+                         RECIPE["family"], RECIPE["training"], name="large_steps")
+
+
+def revision(method: str) -> str:
+    from regal.optimizers import method_revision
+
+    return method_revision("regal" if method == NO_RANKER else method)
+
+
+def run(task: dict) -> dict:
+    """One run (a worker's call)."""
+    from regal.io import load_graph
+    from regal.optimizers import Problem, solve
+    from regal.sim import DeviceSpec
+    from regal.workers import set_numba_threads
+
+    set_numba_threads(1)
+    problem = Problem(load_graph(task["path"]), DeviceSpec(task["devices"]), "peak_memory")
+    method, options = task["method"], {}
+    if method == NO_RANKER:
+        method, options = "regal", dict(move_ranker="none")
+    start = time.perf_counter()
+    found = solve(method, problem, task["budget"], task["seed"], **options)
+    return dict(graph=Path(task["path"]).stem, family=task["family"], devices=task["devices"],
+                seed=task["seed"], method=task["method"], revision=revision(task["method"]),
+                budget=task["budget"], value=float(found.value),
+                evaluations=int(found.evaluations), wall_s=time.perf_counter() - start,
+                ops=problem.graph.num_nodes)
+
+
+def key(row: dict) -> tuple:
+    return (row["graph"], row["devices"], row["seed"], row["method"], row["budget"],
+            row["revision"])
+
+
+def points(base: float, value: float) -> float:
+    return 100.0 * (base - value) / base if base else 0.0
+
+
+def _means(rows: list[dict]) -> dict:
+    """(devices, graph) -> method -> {seed: value}."""
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["devices"], r["graph"]), {}).setdefault(r["method"], {})[r["seed"]] = \
+            r["value"]
+    return by
+
+
+def _paired(runs: dict, method: str, base: str) -> float | None:
+    """Points of `method` over `base` on one graph, from the means over their common seeds."""
+    seeds = sorted(set(runs.get(method, {})) & set(runs.get(base, {})))
+    if not seeds:
+        return None
+    return points(statistics.fmean(runs[base][s] for s in seeds),
+                  statistics.fmean(runs[method][s] for s in seeds))
+
+
+def _summary(values: list[float]) -> list[str]:
+    se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
+    return [str(len(values)), f"{statistics.fmean(values):+.2f} ± {se:.2f}",
+            f"{statistics.median(values):+.2f}", f"{min(values):+.2f}", f"{max(values):+.2f}"]
+
+
+def tables(rows: list[dict]) -> str:
+    """Each method over BRKGA per device count; then the differences that say what the
+    policy and its parts add, per device count and per family."""
+    by = _means(rows)
+    families = {(r["devices"], r["graph"]): r["family"] for r in rows}
+    cells = []
+    for devices in sorted({d for d, _ in by}):
+        graphs = {g: runs for (d, g), runs in by.items() if d == devices}
+        for method in METHODS:
+            if method == BASE:
+                continue
+            over = [p for runs in graphs.values()
+                    if (p := _paired(runs, method, BASE)) is not None]
+            if over:
+                cells.append([devices, method, *_summary(over)])
+    lines = markdown_table(["devices", "method", "graphs", "over BRKGA-5K: mean pts ± se",
+                            "median", "min", "max"], cells, "rlrrrrr")
+    diffs = (("policy adds: regal - twin", "regal", TWIN),
+             ("the BRKGA prior alone: regal without the ranker - twin", NO_RANKER, TWIN),
+             ("the ranker and gate: regal - regal without the ranker", "regal", NO_RANKER))
+    cells = []
+    for devices in sorted({d for d, _ in by}):
+        groups = [("all", None)] + [(f, f) for f in sorted({families[k] for k in by
+                                                             if k[0] == devices})]
+        for label, method, base in diffs:
+            for name, family in groups:
+                values = [p for (d, g), runs in by.items() if d == devices
+                          and (family is None or families[(d, g)] == family)
+                          and (p := _paired(runs, method, base)) is not None]
+                if values:
+                    cells.append([devices, label, name, *_summary(values)])
+    lines += ["", "Differences per graph, points of the second method's value (positive: the "
+              "first is better):", ""]
+    lines += markdown_table(["devices", "difference", "family", "graphs", "mean pts ± se",
+                             "median", "min", "max"], cells, "rllrrrrr")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=6, help="graphs of the split")
+    parser.add_argument("--devices", nargs="+", type=int, default=[2, 4])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--budget", type=int, default=5000)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--graphs", type=Path, default=GRAPHS,
+                        help="folder the split is written to (regenerated from its recipe)")
+    parser.add_argument("--records", type=Path, default=RECORDS)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    for name in ("count", "seeds", "budget", "workers"):
+        if getattr(args, name) < 1:
+            print(f"error: --{name} must be at least 1", file=sys.stderr)
+            return 2
+    if any(d < 1 for d in args.devices):
+        print("error: --devices must be at least 1", file=sys.stderr)
+        return 2
+    from tqdm import tqdm
+
+    from regal import synth
+    from regal.workers import Workers
+
+    rec = recipe(args.count)
+    paths = sorted(synth.materialize(rec, args.graphs, progress=False))
+    done = {key(r) for r in read_json_lines(args.records)}
+    tasks = [dict(path=str(p), family=synth.family_at(rec, i), devices=d, seed=s, method=m,
+                  budget=args.budget)
+             for i, p in enumerate(paths) for d in args.devices for s in range(args.seeds)
+             for m in dict.fromkeys([BASE, TWIN, "regal"] + list(args.methods))
+             if (p.stem, d, s, m, args.budget, revision(m)) not in done]
+    print(f"large_steps: {len(tasks)} runs to make", flush=True)
+    writer = JsonLinesWriter(args.records, f"{args.records} is being written")
+    queue, bar = iter(tasks), tqdm(total=len(tasks), desc="runs", unit="run", mininterval=5)
+
+    def start():
+        task = next(queue, None)
+        return None if task is None else (task, run, task)
+
+    def finish(task, get):
+        writer.write(get())
+        bar.update()
+
+    try:
+        if tasks:
+            with Workers(args.workers, jobs=len(tasks), ignore_interrupts=True) as workers:
+                workers.run(start, finish)
+    finally:
+        bar.close()
+        writer.close()
+    rows = [r for r in read_json_lines(args.records)
+            if r["budget"] == args.budget and r["revision"] == revision(r["method"])]
+    text = ("# Large unseen training steps: what the policy adds\n\n"
+            f"Made by `python experiments/large_steps.py` ({len(rows):,} runs). Split: "
+            f"{args.count} synthetic training steps of {RECIPE['min_ops']:,}-"
+            f"{RECIPE['max_ops']:,} ops (recipe seed {RECIPE['seed']}, families random, CNN, "
+            "inception, transformer, forward + backward + updates), not used by any fit; "
+            f"{args.budget:,} evaluations, peak memory, seeds 0-{args.seeds - 1}. Points over "
+            "BRKGA-5K: 100 x (BRKGA - method) / BRKGA per graph from the means over seeds.\n\n"
+            + tables(rows))
+    write_text(args.out, text)
+    print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

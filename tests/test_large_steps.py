@@ -1,0 +1,92 @@
+"""experiments/large_steps.py: the tables' figures by hand, a small run that resumes and
+leaves other code's runs out, bad input."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import experiment
+
+
+def _row(graph, method, seed, value, family="random", devices=2):
+    return dict(graph=graph, family=family, devices=devices, seed=seed, method=method,
+                revision="", budget=5000, value=value, evaluations=5000, wall_s=1.0, ops=10)
+
+
+def _cells(text: str, first: str) -> dict:
+    """Rows of the markdown tables whose first cell is `first`, by their next cell(s)."""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first:
+            out[tuple(cells[1:3])] = cells
+    return out
+
+
+def test_tables_by_hand():
+    script = experiment("large_steps")
+    rows = [_row("a", "brkga", 0, 100.0), _row("a", "brkga", 1, 100.0),
+            _row("a", "seeded-brkga", 0, 80.0), _row("a", "seeded-brkga", 1, 100.0),
+            _row("a", "regal", 0, 72.0), _row("a", "regal", 1, 90.0),
+            _row("a", "regal-no-ranker", 0, 90.0),
+            _row("b", "brkga", 0, 200.0, "cnn"), _row("b", "seeded-brkga", 0, 190.0, "cnn"),
+            _row("b", "regal", 0, 190.0, "cnn"), _row("b", "regal-no-ranker", 0, 180.0, "cnn")]
+    text = script.tables(rows)
+    over = _cells(text, "2")
+    # regal over BRKGA: graph a: means 81 vs 100 -> +19; graph b: 190 vs 200 -> +5
+    regal = over[("regal", "2")]
+    assert regal[3:7] == ["+12.00 ± 7.00", "+12.00", "+5.00", "+19.00"]
+    # policy adds (regal - twin): a: means 81 vs 90 -> 10 points; b: 0 -> mean +5, se 5
+    adds = {(c[1], c[2]): c for c in
+            [[cell.strip() for cell in line.strip().strip("|").split("|")]
+             for line in text.splitlines() if line.startswith("| 2 | policy adds")]}
+    assert adds[("policy adds: regal - twin", "all")][3:5] == ["2", "+5.00 ± 5.00"]
+    assert adds[("policy adds: regal - twin", "random")][3:5] == ["1", "+10.00 ± 0.00"]
+    assert adds[("policy adds: regal - twin", "cnn")][3:5] == ["1", "+0.00 ± 0.00"]
+    # the prior alone on graph a: only seed 0 in common, 80 vs 90 -> -12.5 points;
+    # graph b: 190 vs 180 -> +5.26
+    prior = [line for line in text.splitlines()
+             if line.startswith("| 2 | the BRKGA prior alone") and "| all |" in line]
+    assert "-3.62 ± 8.88" in prior[0]
+
+
+def test_a_small_run_resumes_and_reads_only_current_code(tmp_path, monkeypatch):
+    script = experiment("large_steps")
+    monkeypatch.setattr(script, "RECIPE", dict(script.RECIPE, min_ops=40, max_ops=60))
+    records, out = tmp_path / "r.jsonl", tmp_path / "t.md"
+    argv = ["--count", "1", "--devices", "2", "--seeds", "1", "--budget", "200",
+            "--workers", "1", "--methods", "regal", "seeded-brkga", "regal-no-ranker",
+            "--graphs", str(tmp_path / "graphs"), "--records", str(records), "--out", str(out)]
+    assert script.main(argv) == 0
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    assert sorted(r["method"] for r in rows) == ["brkga", "regal", "regal-no-ranker",
+                                                 "seeded-brkga"]
+    assert all(r["evaluations"] <= 200 and 40 <= r["ops"] <= 60 for r in rows)
+    assert {r["revision"] for r in rows if r["method"].startswith("regal")} == {
+        script.revision("regal")}
+    assert "| 2 | policy adds: regal - twin | all | 1 |" in out.read_text()
+    assert script.main(argv) == 0                                 # resumed: nothing again
+    assert len(records.read_text().splitlines()) == len(rows)
+    table = out.read_text().split("\n\n", 2)[2]
+    # runs of other code after the current ones (regal three times worse): left out
+    stale = [dict(r, revision="old", value=3 * r["value"] if r["method"] == "regal"
+                  else r["value"]) for r in rows]
+    with records.open("a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in stale)
+    assert script.main(argv) == 0
+    assert len(records.read_text().splitlines()) == 2 * len(rows)    # nothing ran
+    assert out.read_text().split("\n\n", 2)[2] == table
+    # only runs of other code: every run is made again
+    records.write_text("".join(json.dumps(r) + "\n" for r in stale))
+    assert script.main(argv) == 0
+    assert len(records.read_text().splitlines()) == 2 * len(rows)
+    assert out.read_text().split("\n\n", 2)[2] == table          # the same runs again
+
+
+def test_bad_input_is_refused(tmp_path, capsys):
+    script = experiment("large_steps")
+    base = ["--records", str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "t.md")]
+    assert script.main(["--seeds", "0"] + base) == 2
+    assert "--seeds" in capsys.readouterr().err
+    assert script.main(["--devices", "0"] + base) == 2
+    assert not (tmp_path / "r.jsonl").exists()
