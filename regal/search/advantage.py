@@ -36,8 +36,9 @@ about 1.3 / 2.0 points over the ranker alone (2 / 4 devices, `data/policy/README
 Cost: the features are the incumbent's plus what the changed ops touch (their live tensors,
 data edges, run-order ranks), compiled with numba (`_features`), from the writes the climb
 drew (`regal.search.moves.Drawn`: no neighbour is made into a chromosome to be ranked);
-per incumbent a `Context` of numpy arrays (its memory curves come from the trace
-`peak_facts` made). tests/advantage_reference.py keeps the dense numpy features they equal.
+per incumbent a `Context` of arrays, most of them from one compiled pass (`_context_arrays`;
+its memory curves come from the trace `peak_facts` made). tests/advantage_reference.py keeps
+the dense numpy features and per-incumbent arrays they equal.
 Deterministic; no neighbour is simulated.
 """
 
