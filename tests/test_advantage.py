@@ -309,23 +309,27 @@ def test_the_compiled_features_equal_the_dense_reference(which):
 
 
 def test_the_most_of_a_memory_curve_over_each_run_is_the_reference_one():
-    """`_window_row` (binary searches, short ranges scanned, long ones by a sparse table)
-    against numpy's searchsorted and the reference sparse table, ties and long runs included."""
+    """`_window_at` (a binary search, then the points inside the run scanned), on curves of
+    several devices end to end, against numpy's searchsorted and the reference sparse table,
+    repeated instants, runs before the first point and long runs included."""
     from advantage_reference import _range_max
-    from regal.search.advantage import _window_row
+    from regal.search.advantage import _window_at
 
     rng = np.random.default_rng(5)
-    for size in (1, 2, 7, 40, 300):
-        times = np.sort(rng.integers(0, size, size)).astype(np.float64)   # repeated instants
-        live = rng.integers(0, 1000, size).astype(np.float64)
-        start = rng.integers(-2, size + 2, 200).astype(np.float64)
-        end = start + rng.choice([0, 1, 3, 50, 400], 200)
-        out = np.full(200, -1.0)
-        _window_row(times, live, start, end, out)
-        after = np.searchsorted(times, start, side="right")
+    sizes = (1, 2, 7, 40, 300)
+    curves = [(np.sort(rng.integers(0, size, size)).astype(np.float64),   # repeated instants
+               rng.integers(0, 1000, size).astype(np.float64)) for size in sizes]
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    times = np.concatenate([t for t, _ in curves])
+    live = np.concatenate([x for _, x in curves])
+    start = rng.integers(-2, 302, 200).astype(np.float64)
+    end = start + rng.choice([0, 1, 3, 50, 400], 200)
+    for j, (t, x) in enumerate(curves):
+        out = np.array([_window_at(ptr, times, live, start, end, j, v) for v in range(200)])
+        after = np.searchsorted(t, start, side="right")
         lo = np.maximum(after - 1, 0)
-        hi = np.maximum(np.searchsorted(times, end, side="left"), lo + 1)
-        np.testing.assert_array_equal(out, np.where(after > 0, _range_max(live, lo, hi), 0.0))
+        hi = np.maximum(np.searchsorted(t, end, side="left"), lo + 1)
+        np.testing.assert_array_equal(out, np.where(after > 0, _range_max(x, lo, hi), 0.0))
 
 
 def test_the_ranker_scores_writes_and_chromosomes_alike():

@@ -190,9 +190,16 @@ class Context:
         self.max_load0, self.load_k0 = float(load0.max()), float(load0[k])
         # each device's live bytes while each op ran in the incumbent (its trace's curves):
         # where an op moved onto that device would add its bytes
+        # (`_window_at`, read only for the ops a neighbour moves: all of them, [d, n], cost
+        # more than every other array here on graphs of thousands of ops)
         traced = getattr(facts, "trace", None)
-        self.window = _window_memory(problem, self.place0, self.prio0, self.tr0,
-                                     traced) / P  # [d, n]
+        if traced is None:
+            from regal.sim import trace
+
+            traced = trace(graph, devices, self.place0, self.prio0, self.tr0)
+        self.curve_ptr, self.curve_times, self.curve_live = _curves(traced)
+        self.op_start = np.asarray(traced.op_start, np.float64)
+        self.op_end = np.asarray(traced.op_end, np.float64)
         self.room = room / P
         self.facts, self.current = facts, climb.current     # what this context is of
 
@@ -204,6 +211,17 @@ class Context:
             static.grouped, static.colocation, static.member_ptr, static.members
         self.static = static
         self.live_mark = np.zeros(len(tensors), np.int64)
+
+    @property
+    def window(self) -> np.ndarray:
+        """[d, n] the most bytes live on each device while each op ran in the incumbent, / P:
+        every entry `_features` may read (`_window_at`), for tests and study."""
+        out = np.zeros((self.d, self.n))
+        for j in range(self.d):
+            for v in range(self.n):
+                out[j, v] = _window_at(self.curve_ptr, self.curve_times, self.curve_live,
+                                       self.op_start, self.op_end, j, v) / self.P
+        return out
 
 
 @njit(cache=True)
@@ -320,71 +338,39 @@ def _csr(keys: np.ndarray, n: int, values: np.ndarray | None = None):
     return ptr, np.asarray(items, np.int64)
 
 
-def _window_memory(problem, placement, priority, transfer, traced=None) -> np.ndarray:
-    """[d, n]: the most bytes live on each device while each op ran (from its start to its
-    end) in the incumbent: from its trace (`traced`, the one `peak_facts` made), else traced
-    again (`regal.sim.trace`: a re-run of a solution already scored, no evaluation)."""
-    from regal.sim import trace
-
-    graph, devices = problem.graph, problem.devices
-    tr = traced if traced is not None else trace(graph, devices, placement, priority, transfer)
-    out = np.zeros((devices.count, graph.num_nodes))
-    start = np.asarray(tr.op_start, np.float64)
-    end = np.asarray(tr.op_end, np.float64)
-    for j, (times, live) in enumerate(tr.memory):
-        if len(times):
-            _window_row(np.asarray(times, np.float64), np.asarray(live, np.float64), start, end,
-                        out[j])
-    return out
+def _curves(traced) -> tuple:
+    """A trace's memory curves, device after device: (ptr [d + 1], times, live bytes)."""
+    parts = [(np.asarray(times, np.float64), np.asarray(live, np.float64))
+             for times, live in traced.memory]
+    ptr = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum([len(times) for times, _ in parts], out=ptr[1:])
+    if not parts:
+        return ptr, np.zeros(0), np.zeros(0)
+    return ptr, np.concatenate([t for t, _ in parts]), np.concatenate([x for _, x in parts])
 
 
 @njit(cache=True)
-def _window_row(times, live, start, end, out):
-    """out[v] = the most of the step curve (`times`, `live`: its value from each point on)
-    over [start[v], end[v]]: the value at start[v] (the last point at or before it) and every
-    point inside; 0 when start[v] is before the first point."""
-    size = len(times)
-    table = np.zeros((0, 0))                  # a sparse table, built for the first long range
-    for v in range(len(start)):
-        a, b = 0, size                        # first point after start[v]
-        while a < b:
-            mid = (a + b) // 2
-            if times[mid] <= start[v]:
-                a = mid + 1
-            else:
-                b = mid
-        if a == 0:
-            out[v] = 0.0
-            continue
-        lo = a - 1
-        a, b = lo, size                       # first point at or after end[v]
-        while a < b:
-            mid = (a + b) // 2
-            if times[mid] < end[v]:
-                a = mid + 1
-            else:
-                b = mid
-        hi = max(a, lo + 1)
-        if hi - lo <= 32:
-            best = live[lo]
-            for p in range(lo + 1, hi):
-                best = max(best, live[p])
-            out[v] = best
-            continue
-        if table.shape[0] == 0:
-            levels = 1
-            while (1 << levels) <= size:
-                levels += 1
-            table = np.empty((levels, size))
-            table[0] = live
-            for L in range(1, levels):
-                half = 1 << (L - 1)
-                for p in range(size - (1 << L) + 1):
-                    table[L, p] = max(table[L - 1, p], table[L - 1, p + half])
-        L = 0
-        while (2 << L) <= hi - lo:
-            L += 1
-        out[v] = max(table[L, lo], table[L, hi - (1 << L)])
+def _window_at(curve_ptr, curve_times, curve_live, op_start, op_end, j, v):
+    """The most bytes live on device j while op v ran in the incumbent: its step curve's value
+    at op_start[v] (the last point at or before it) and at every point before op_end[v];
+    0 when op_start[v] is before the curve's first point."""
+    a, b = curve_ptr[j], curve_ptr[j + 1]
+    first = a
+    while a < b:                              # first point after op_start[v]
+        mid = (a + b) // 2
+        if curve_times[mid] <= op_start[v]:
+            a = mid + 1
+        else:
+            b = mid
+    if a == first:
+        return 0.0
+    lo = a - 1
+    best = curve_live[lo]
+    for p in range(lo + 1, curve_ptr[j + 1]):
+        if curve_times[p] >= op_end[v]:
+            break
+        best = max(best, curve_live[p])
+    return best
 
 
 def _context(climb) -> Context:
@@ -421,7 +407,8 @@ def move_features(climb, drawn) -> np.ndarray:
     base, s.mark = s.mark, s.mark + len(ptr)
     return _features(base, s.scratch[5], s.scratch[6], s.scratch_f[2], c.live_mark,
                      ptr, ops, dev, prio, transfer, c.n, c.d, c.k, c.place0, c.prio0,
-                     c.obytes, c.over_room, c.headroom, c.room, c.window, c.cost,
+                     c.obytes, c.over_room, c.headroom, c.room, c.curve_ptr, c.curve_times,
+                     c.curve_live, c.op_start, c.op_end, c.P, c.cost,
                      c.mean_load, c.load0, c.max_load0, c.load_k0, c.is_peak, c.peak_bytes,
                      c.live_bytes, c.live_remote, c.live_producer, c.has_waiting, c.wait_ptr,
                      c.wait_op, c.prod_ptr, c.prod_live, c.waitby_ptr, c.waitby_live,
@@ -486,7 +473,8 @@ def _live_tensor_leaves(i, k, t, tag, new_dev, place0, wait_ptr, wait_op, live_p
 @njit(cache=True)
 def _features(base, tag, new_dev, new_prio, live_tag, ptr, ops, dev, prio, transfer, n, d, k,
               place0, prio0, obytes, over_room,
-              headroom, room, window, cost, mean_load, load0, max_load0, load_k0, is_peak,
+              headroom, room, curve_ptr, curve_times, curve_live, op_start, op_end, P, cost,
+              mean_load, load0, max_load0, load_k0, is_peak,
               peak_bytes, live_bytes, live_remote, live_producer, has_waiting, wait_ptr, wait_op,
               prod_ptr, prod_live, waitby_ptr, waitby_live, out_ptr, in_ptr, in_edges, edge_src,
               edge_dst, edge_time, run_ptr, run_order, rank0, dev_count, cons_bytes, prod_bytes,
@@ -531,7 +519,8 @@ def _features(base, tag, new_dev, new_prio, live_tag, ptr, ops, dev, prio, trans
                 onto_k += obytes[v]
             onto[j] += obytes[v]
             any_onto[j] = True
-            top[j] = max(top[j], window[j, v])
+            top[j] = max(top[j], _window_at(curve_ptr, curve_times, curve_live, op_start,
+                                            op_end, j, v) / P)
             load[j0] -= cost[v]
             load[j] += cost[v]
             if is_peak[v]:
