@@ -189,9 +189,9 @@ class Context:
         self.cut_time0 = float(self.edge_time[cross0].sum())
         self.max_load0, self.load_k0 = float(load0.max()), float(load0[k])
         # each device's live bytes while each op ran in the incumbent (its trace's curves):
-        # where an op moved onto that device would add its bytes
-        # (`_window_at`, read only for the ops a neighbour moves: all of them, [d, n], cost
-        # more than every other array here on graphs of thousands of ops)
+        # where an op moved onto that device would add its bytes. Read by `_window_at` for
+        # the ops a neighbour moves only: the whole [d, n] table cost more than every other
+        # array here on graphs of thousands of ops
         traced = getattr(facts, "trace", None)
         if traced is None:
             from regal.sim import trace
