@@ -119,7 +119,8 @@ class _Static:
         self.edge_src = graph.tensor_producer[edge_tensor].astype(np.int64)
         self.edge_dst = graph.consumer.astype(np.int64)
         self.edge_time = devices.transfer_time(graph.tensor_size[edge_tensor]) / self.mean_load
-        self.in_ptr, self.in_edges = _csr(self.edge_dst, n)        # edges into each op
+        self.in_ptr, self.in_edges = _csr_kernel(                  # edges into each op
+            self.edge_dst, n, np.arange(len(self.edge_dst)))
         self.out_ptr = np.asarray(cptr, np.int64)[np.asarray(graph.output_ptr, np.int64)]
         pinned = getattr(graph, "pinned", None)
         self.pinned = np.full(n, -1, np.int64) if pinned is None else np.asarray(pinned, np.int64)
@@ -326,16 +327,6 @@ def _csr_kernel(keys, n, values):
         items[fill[keys[i]]] = values[i]
         fill[keys[i]] += 1
     return ptr, items
-
-
-def _csr(keys: np.ndarray, n: int, values: np.ndarray | None = None):
-    """(ptr [n + 1], items): the items (`values`, default the positions) of each key 0..n-1."""
-    keys = np.asarray(keys, np.int64)
-    order = np.argsort(keys, kind="stable")
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
-    items = order if values is None else np.asarray(values)[order]
-    return ptr, np.asarray(items, np.int64)
 
 
 def _curves(traced) -> tuple:
