@@ -46,8 +46,8 @@ model per regime) keeps.
             budget 5,000 on the largest validation graph and on a ~2,000-op graph.
     cost    the policy's time (the ranker, choosing untried moves, and drawing the extra
             (draw - 1) x batch) as a share of the wall time, and the wall time of the learned
-            arm over the twin's, at budget 5,000, peak memory, 2 devices, on a ~2,000-op and a
-            ~10,000-op graph (`--cost-graphs`; make the 10,000-op one with
+            arm over the twin's, at budget 5,000, peak memory, 2 devices (`--cost-devices`),
+            on a ~2,000-op and a ~10,000-op graph (`--cost-graphs`; make the 10,000-op one with
             `python -c "from regal.synth.recipes import SplitRecipe, materialize;
             materialize(SplitRecipe('large10k', 1, 10000, 10000, 20240613), DIR)"`),
             the arms alternated `--cost-repeats` times, medians.
@@ -69,6 +69,7 @@ objectives, budgets 1,000 and 5,000, 2 seeds. Results: experiments/results/move_
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -968,13 +969,13 @@ class _Clock:
             setattr(owner, name, fn)
 
 
-def cost_run(path, arm: str, budget: int, seed: int, weights) -> dict:
-    """One timed run (peak memory, 2 devices): wall and CPU seconds, and for the learned arm
+def cost_run(path, arm: str, budget: int, seed: int, weights, devices: int = 2) -> dict:
+    """One timed run (peak memory): wall and CPU seconds, and for the learned arm
     the policy's seconds: the ranker's, choosing untried moves, and (draw - 1) / draw of
     the drawing (the neighbours drawn only to be ranked)."""
     from regal.search.pipeline import solve_seeded_brkga
 
-    problem, _ = problem_of(path, 2, "peak_memory")
+    problem, _ = problem_of(path, devices, "peak_memory")
     options, ranker = {}, None
     if arm == "learned":
         ranker = MoveRanker.load(weights)
@@ -986,8 +987,8 @@ def cost_run(path, arm: str, budget: int, seed: int, weights) -> dict:
     ranker_s = 0.0 if ranker is None else ranker.elapsed
     extra_draw = clock.draw_s * (DRAW - 1) / DRAW if ranker is not None else 0.0
     return dict(graph=f"{Path(path).parent.name}/{Path(path).name}",
-                ops=problem.graph.num_nodes, arm=arm, budget=budget, seed=seed,
-                wall_s=wall, cpu_s=cpu, value=float(found.value), draw_s=clock.draw_s,
+                ops=problem.graph.num_nodes, devices=devices, arm=arm, budget=budget,
+                seed=seed, wall_s=wall, cpu_s=cpu, value=float(found.value), draw_s=clock.draw_s,
                 ranker_s=ranker_s, untried_s=clock.untried_s,
                 policy_s=ranker_s + clock.untried_s + extra_draw)
 
@@ -1001,12 +1002,12 @@ def cost_main(args) -> str:
     missing = [str(p) for p in args.cost_graphs if not Path(p).is_file()]
     if missing:
         print(f"cost: skipping missing graphs {missing}", flush=True)
-    for path in graphs:
+    for path, devices in itertools.product(graphs, args.cost_devices):
         for arm in ("twin", "learned"):
-            cost_run(path, arm, 300, 0, args.weights)           # warm-up
+            cost_run(path, arm, 300, 0, args.weights, devices)           # warm-up
         for repeat in range(args.cost_repeats):
             for arm in ("twin", "learned"):
-                row = cost_run(path, arm, args.budget, 0, args.weights)
+                row = cost_run(path, arm, args.budget, 0, args.weights, devices)
                 row.update(repeat=repeat, run=run)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
@@ -1023,15 +1024,16 @@ def cost_main(args) -> str:
 def cost_table(rows: list[dict]) -> str:
     by: dict = {}
     for r in rows:
-        by.setdefault((r["graph"], r["ops"]), {}).setdefault(r["arm"], []).append(r)
+        by.setdefault((r["graph"], r["ops"], r.get("devices", 2)), {}) \
+            .setdefault(r["arm"], []).append(r)
     cells = []
-    for (graph, ops), arms in sorted(by.items(), key=lambda item: item[0][1]):
+    for (graph, ops, devices), arms in sorted(by.items(), key=lambda item: item[0][1:]):
         twin, learned = arms.get("twin", []), arms.get("learned", [])
         if not twin or not learned:
             continue
         med = statistics.median
         share = [r["policy_s"] / r["wall_s"] for r in learned]
-        cells.append([graph, ops, len(learned), f"{med(r['wall_s'] for r in twin):.2f}",
+        cells.append([graph, ops, devices, len(learned), f"{med(r['wall_s'] for r in twin):.2f}",
                       f"{med(r['wall_s'] for r in learned):.2f}",
                       f"{med(r['ranker_s'] for r in learned):.3f}",
                       f"{med(r['untried_s'] for r in learned):.3f}",
@@ -1041,10 +1043,10 @@ def cost_table(rows: list[dict]) -> str:
                       f"{med(a['cpu_s'] / b['cpu_s'] for a, b in zip(learned, twin)):.2f}x",
                       f"{twin[0]['value']:.0f}", f"{learned[0]['value']:.0f}"])
     return "\n".join(markdown_table(
-        ["graph", "ops", "repeats", "twin wall s", "learned wall s", "ranker s",
+        ["graph", "ops", "devices", "repeats", "twin wall s", "learned wall s", "ranker s",
          "untried s", "drawing s (all)", "policy share of wall", "wall learned / twin",
          "CPU learned / twin", "twin value", "learned value"], cells,
-        "lrrrrrrrrrrrr")) + "\n"
+        "lrrrrrrrrrrrrr")) + "\n"
 
 
 # ---------------------------------------------------------------------------
@@ -1274,6 +1276,7 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=int, default=5000, help="cost and equal: evaluations")
     parser.add_argument("--cost-graphs", nargs="+", type=Path, default=[LARGE, LARGE10K])
     parser.add_argument("--cost-repeats", type=int, default=3)
+    parser.add_argument("--cost-devices", nargs="+", type=int, default=[2])
     parser.add_argument("--cost-records", type=Path, default=COST_RECORDS)
     parser.add_argument("--equal-records", type=Path, default=EQUAL_RECORDS)
     parser.add_argument("--equal-large", nargs="*", type=Path, default=[],

@@ -12,7 +12,7 @@ from regal import synth
 from regal.decode import encode
 from regal.graph_builder import GraphBuilder
 from regal.optimizers import Problem
-from regal.search.advantage import FEATURES, REGIMES, MoveRanker, move_features
+from regal.search.advantage import FEATURES, HUB_TOUCHES, REGIMES, MoveRanker, move_features
 from regal.search.climb import Climb
 from regal.sim import DeviceSpec
 
@@ -282,7 +282,8 @@ FEATURE_CASES = _feature_cases()
 @pytest.mark.parametrize("which", range(len(FEATURE_CASES)))
 def test_the_compiled_features_equal_the_dense_reference(which):
     """Along a ranked climb (groups and pins, limits, 2-4 devices): the features read from
-    the drawn writes equal those from the chromosomes exactly, and the dense numpy reference
+    the drawn writes equal those from the chromosomes exactly, and with every moved op taken
+    as a hub, and the dense numpy reference
     to rounding (sums taken in another order); the per-incumbent arrays equal numpy's."""
     from advantage_reference import _device_ranks, _window_memory, context_arrays
     from advantage_reference import move_features as reference
@@ -296,6 +297,12 @@ def test_the_compiled_features_equal_the_dense_reference(which):
             fast = move_features(climb, drawn)
             keys = drawn.keys()
             np.testing.assert_array_equal(fast, move_features(climb, keys))
+            # every moved op a hub (its lone move's sums, corrected for the others moved
+            # with it): the same sums of whole bytes, so the same features exactly
+            static = climb._advantage_static
+            static.hub_touches = 1
+            np.testing.assert_array_equal(fast, move_features(climb, drawn))
+            static.hub_touches = HUB_TOUCHES
             np.testing.assert_allclose(fast, reference(climb, keys), rtol=1e-9, atol=1e-12)
             compared += int((fast != 0).any(axis=1).sum())
         c = climb._advantage_context
@@ -338,3 +345,64 @@ def test_the_ranker_scores_writes_and_chromosomes_alike():
     drawn = climb.moves.draw(climb.current, 64, 0.85)
     ranker = _ranker()
     np.testing.assert_array_equal(ranker.rank_drawn(climb, drawn), ranker(climb, drawn.keys()))
+
+
+def test_a_move_repeated_in_one_draw_has_the_features_it_has_alone():
+    """The compiled features compute a lone op moved to a device once per call and copy it to
+    the rows that repeat it (with other priority keys for the moved op, or a sending op's
+    transfer key changed too): each row equals the row drawn alone and the dense reference."""
+    from advantage_reference import move_features as reference
+    from regal.decode import split
+
+    problem = PROBLEMS[1]                                     # 70 ops, 4 devices
+    climb = Climb(problem, 300, 3, heuristics=(), rank_moves=_ranker(), draw=4).run(200)
+    n, d = problem.graph.num_nodes, problem.devices.count
+    place = climb.moves.placement
+    senders = [u for u in range(n) if problem.graph.output_ptr[u + 1] > problem.graph.output_ptr[u]]
+    rows = []
+    for v, key in ((5, 0.1), (40, 0.2), (5, 0.9), (12, 0.5), (40, 0.7), (5, 0.3)):
+        keys = climb.current.copy()
+        affinity, prio, transfer = split(keys, n, d)
+        affinity[v] = 0.0
+        affinity[v, (place[v] + 1 + (key > 0.5)) % d] = 1.0   # 0.9: another device
+        prio[v] = key
+        if key == 0.3:                                        # and a transfer key changed
+            transfer[senders[0]] = 1.0 - transfer[senders[0]]
+        rows.append(keys)
+    rows = np.array(rows)
+    together = move_features(climb, rows)
+    alone = np.array([move_features(climb, row[None])[0] for row in rows])
+    np.testing.assert_array_equal(together, alone)
+    np.testing.assert_allclose(together, reference(climb, rows), rtol=1e-9, atol=1e-12)
+    assert (together[0] != together[1]).any() and (together[0] != together[2]).any()
+    assert together[5][FEATURES.index("transfer_keys")] == 1.0
+    assert together[0][FEATURES.index("transfer_keys")] == 0.0
+
+
+def test_a_hub_moved_with_the_producer_of_a_tensor_it_waits_on():
+    """p (device 1) makes x (100 bytes); h (device 0) reads x at two ports, holds 50 bytes
+    while it runs and makes y (10 bytes, never read). Device 0 peaks at 160 while h runs:
+    x's copy, waited on by h alone, and y. Swapping h and p: x and y leave device 0, 110
+    bytes, whichever op the features take as the hub (the one touching more: h), and the
+    cut is unchanged (x still crosses, now the other way)."""
+    from advantage_reference import move_features as reference
+
+    b = GraphBuilder()
+    p = b.add_op("p", 1.0)
+    b.add_output(p, 100)
+    h = b.add_op("h", 1.0, temporary_memory=50)
+    b.add_input(h, p)
+    b.add_input(h, p)
+    b.add_output(h, 10)
+    climb = _climb_at(Problem(b.build(), DeviceSpec(2)), [1, 0], np.array([0.5, 0.5]))
+    assert climb.moves.facts.device == 0 and climb.moves.facts.peaks.tolist() == [160, 100]
+    plain = _features(climb, [0, 1])
+    climb._advantage_static.hub_touches = 1
+    hub = _features(climb, [0, 1])
+    assert plain == hub
+    assert hub["live_leave"] == pytest.approx(110 / 160) and hub["live_partial"] == 0
+    assert hub["cut_edges"] == 0 and hub["cut_time"] == 0
+    keys = climb.current.copy()
+    keys[[0, 3]], keys[[1, 2]] = 1.0, 0.0                      # the same swap, as keys
+    np.testing.assert_allclose(move_features(climb, keys[None]), reference(climb, keys[None]),
+                               rtol=1e-9, atol=1e-12)

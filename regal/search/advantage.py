@@ -35,10 +35,12 @@ about 1.3 / 2.0 points over the ranker alone (2 / 4 devices, `data/policy/README
 
 Cost: the features are the incumbent's plus what the changed ops touch (their live tensors,
 data edges, run-order ranks), compiled with numba (`_features`), from the writes the climb
-drew (`regal.search.moves.Drawn`: no neighbour is made into a chromosome to be ranked);
+drew (`regal.search.moves.Drawn`: no neighbour is made into a chromosome to be ranked); an op
+that touches much (a hub) is walked once per incumbent, not once per row that moves it;
 per incumbent a `Context` of arrays, most of them from one compiled pass (`_context_arrays`;
-its memory curves come from the trace `peak_facts` made). tests/advantage_reference.py keeps
-the dense numpy features and per-incumbent arrays they equal.
+its memory curves come from the trace `peak_facts` made, its run orders from the order the
+draws sorted). tests/advantage_reference.py keeps the dense numpy features and per-incumbent
+arrays they equal.
 Deterministic; no neighbour is simulated.
 """
 
@@ -118,7 +120,9 @@ class _Static:
         edge_tensor = np.repeat(np.arange(graph.num_tensors), np.diff(cptr))
         self.edge_src = graph.tensor_producer[edge_tensor].astype(np.int64)
         self.edge_dst = graph.consumer.astype(np.int64)
-        self.edge_time = devices.transfer_time(graph.tensor_size[edge_tensor]) / self.mean_load
+        self.edge_size = graph.tensor_size[edge_tensor].astype(np.float64)
+        self.edge_time = devices.transfer_time(self.edge_size) / self.mean_load
+        self.latency, self.bandwidth = float(devices.latency), float(devices.bandwidth)
         self.in_ptr, self.in_edges = _csr_kernel(                  # edges into each op
             self.edge_dst, n, np.arange(len(self.edge_dst)))
         self.out_ptr = np.asarray(cptr, np.int64)[np.asarray(graph.output_ptr, np.int64)]
@@ -128,7 +132,17 @@ class _Static:
         # the compiled functions' marks, reused from call to call (`changes`, `_features`):
         # zeroing fresh ones each call cost more than the work on a large graph
         self.scratch = np.zeros((7, n), np.int64)
-        self.scratch_f = np.zeros((3, n))
+        self.scratch_f = np.zeros((2, n))
+        # per (op, target device): the call's mark and the row that moved that op alone there
+        self.solo = np.zeros((2, n * devices.count), np.int64)
+        # a hub's lone move (`_features`), once per incumbent: the incumbent's stamp (live
+        # sums staying on k / moving onto it, its edges), the live sums, its edges by device
+        self.hub_mark = np.zeros((3, n), np.int64)
+        self.hub_live = np.zeros((2, 2, n))
+        self.hub_cut = np.zeros((n, devices.count), np.int64)
+        self.hub_size = np.zeros((n, devices.count))
+        self.incumbents = 0
+        self.hub_touches = HUB_TOUCHES
         self.mark = 0
 
 
@@ -146,8 +160,9 @@ class Context:
         self.n, self.d = n, d
         self.k = k = int(facts.device)
         self.place0 = np.asarray(climb.moves.placement, np.int64)
-        _, prio0, tr0 = split(np.asarray(climb.current, np.float64), n, d)
-        self.prio0, self.tr0 = prio0.copy(), tr0.copy()
+        # the incumbent's keys, and its ops by priority key (what its draws already sorted)
+        _, self.prio0, self.tr0, order, _ = climb.moves._incumbent_arrays(
+            np.asarray(climb.current, np.float64))
         peaks = facts.peaks.astype(np.float64)
         self.P = P = max(float(peaks[k]), 1.0)
         limits = devices.limits
@@ -174,11 +189,14 @@ class Context:
          self.prod_bytes, self.after_peak, self.dev_count, self.peak_rank, load0,
          self.run_ptr, self.run_order, self.rank0, cross0, cut0, self.senders0, self.is_peak,
          self.peak_bytes, self.prod_ptr, self.prod_live, self.waitby_ptr, self.waitby_live) = \
-            _context_arrays(n, d, k, self.place0, self.prio0, tensors, tbytes, producer,
+            _context_arrays(n, d, k, self.place0, order, tensors, tbytes, producer,
                             static.consumer_ptr, static.consumer, facts.end, facts.start,
                             float(facts.time), self.cost, static.edge_src,
                             static.edge_dst, self.ops_at_peak, self.ops_bytes)
         self.live_bytes, self.live_producer = tbytes, producer
+        self.live_size = np.asarray(facts.tensor_bytes, np.float64)   # whole bytes: sums exact
+        static.incumbents += 1
+        self.stamp = static.incumbents
         self.live_remote = np.asarray(facts.remote, bool)
         self.out_bytes = static.out_bytes / P
         self.peak_rank = int(self.peak_rank)
@@ -226,12 +244,14 @@ class Context:
 
 
 @njit(cache=True)
-def _context_arrays(n, d, k, place0, prio0, tensors, tbytes, producer, cptr, consumer, end,
+def _context_arrays(n, d, k, place0, order, tensors, tbytes, producer, cptr, consumer, end,
                     start, at, cost, edge_src, edge_dst, ops_at_peak, ops_bytes):
     """The integer and sequentially summed per-incumbent arrays of `Context`, in one compiled
     pass (each as the numpy it replaced computed it: the waiting consumers in tensor then
     consumer order, sums in index order, run orders by key descending with ties to the lower
-    id, the CSR lists stable)."""
+    id, the CSR lists stable). `order` is every op by priority key descending, ties to the
+    lower id (the climb's moves sort it once per incumbent): each device's run order is its
+    ops in that order."""
     T = len(tensors)
     # waiting consumers of each live tensor on k (consumers not finished by the peak)
     total = 0
@@ -279,15 +299,10 @@ def _context_arrays(n, d, k, place0, prio0, tensors, tbytes, producer, cptr, con
         run_ptr[j + 1] = run_ptr[j] + dev_count[j]
     run_order = np.empty(n, np.int64)
     fill = run_ptr[:d].copy()
-    for v in range(n):
+    for i in range(n):                       # `order` split by device, stably
+        v = order[i]
         run_order[fill[place0[v]]] = v
         fill[place0[v]] += 1
-    for j in range(d):
-        ids = run_order[run_ptr[j]:run_ptr[j + 1]]
-        keys = np.empty(len(ids))
-        for i in range(len(ids)):
-            keys[i] = -prio0[ids[i]]
-        run_order[run_ptr[j]:run_ptr[j + 1]] = ids[np.argsort(keys, kind="mergesort")]
     rank0 = np.empty(n, np.int64)
     for i in range(n):
         v = run_order[i]
@@ -396,17 +411,17 @@ def move_features(climb, drawn) -> np.ndarray:
     else:
         ptr, ops, dev, prio, transfer = _dense_changes(climb, c, drawn)
     base, s.mark = s.mark, s.mark + len(ptr)
-    return _features(base, s.scratch[5], s.scratch[6], s.scratch_f[2], c.live_mark,
+    return _features(base, s.scratch[5], s.scratch[6], s.solo[0], s.solo[1], c.live_mark,
+                     c.stamp, s.hub_touches, s.hub_mark, s.hub_live, s.hub_cut, s.hub_size,
                      ptr, ops, dev, prio, transfer, c.n, c.d, c.k, c.place0, c.prio0,
                      c.obytes, c.over_room, c.headroom, c.room, c.curve_ptr, c.curve_times,
                      c.curve_live, c.op_start, c.op_end, c.P, c.cost,
                      c.mean_load, c.load0, c.max_load0, c.load_k0, c.is_peak, c.peak_bytes,
-                     c.live_bytes, c.live_remote, c.live_producer, c.has_waiting, c.wait_ptr,
+                     c.live_size, c.live_remote, c.live_producer, c.has_waiting, c.wait_ptr,
                      c.wait_op, c.prod_ptr, c.prod_live, c.waitby_ptr, c.waitby_live,
-                     c.out_ptr, c.in_ptr, c.in_edges, c.edge_src, c.edge_dst, c.edge_time,
-                     c.run_ptr, c.run_order, c.rank0, c.dev_count, c.cons_bytes, c.prod_bytes,
-                     c.out_bytes, c.after_peak, c.peak_rank)
-
+                     c.out_ptr, c.in_ptr, c.in_edges, c.edge_src, c.edge_dst, s.edge_size,
+                     s.latency, s.bandwidth, c.run_ptr, c.run_order, c.rank0, c.dev_count,
+                     c.cons_bytes, c.prod_bytes, c.out_bytes, c.after_peak, c.peak_rank)
 
 def _dense_changes(climb, c: Context, drawn) -> tuple:
     """What `changes` gives for writes, from chromosomes: the ops whose decoded device or
@@ -461,21 +476,87 @@ def _live_tensor_leaves(i, k, t, tag, new_dev, place0, wait_ptr, wait_op, live_p
     return 0.0, 0.0
 
 
+# a moved op touching at least this many live tensors and data edges is a row's hub
+HUB_TOUCHES = 64
+
+
 @njit(cache=True)
-def _features(base, tag, new_dev, new_prio, live_tag, ptr, ops, dev, prio, transfer, n, d, k,
-              place0, prio0, obytes, over_room,
-              headroom, room, curve_ptr, curve_times, curve_live, op_start, op_end, P, cost,
-              mean_load, load0, max_load0, load_k0, is_peak,
-              peak_bytes, live_bytes, live_remote, live_producer, has_waiting, wait_ptr, wait_op,
-              prod_ptr, prod_live, waitby_ptr, waitby_live, out_ptr, in_ptr, in_edges, edge_src,
-              edge_dst, edge_time, run_ptr, run_order, rank0, dev_count, cons_bytes, prod_bytes,
-              out_bytes, after_peak, peak_rank):
+def _touches(v, i, live_producer, wait_ptr, wait_op) -> bool:
+    """Op v produces live tensor i or waits on it."""
+    if live_producer[i] == v:
+        return True
+    for w in range(wait_ptr[i], wait_ptr[i + 1]):
+        if wait_op[w] == v:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _hub_live(v, k, t, tag, new_dev, prod_ptr, prod_live, waitby_ptr, waitby_live, place0,
+              wait_ptr, wait_op, live_producer, live_remote, has_waiting, live_size):
+    """(bytes leaving k, bytes partly leaving k) over the live tensors v touches when v alone
+    moves to `new_dev[v]` (row `t`'s; only whether it is k matters), v's tag t again after.
+    Each tensor is seen once: v is not its own reader, and a tensor's readers are distinct."""
+    tag[v] = -1
+    leave = partial = 0.0
+    for h in range(2):
+        a, b = (prod_ptr[v], prod_ptr[v + 1]) if h == 0 else (waitby_ptr[v], waitby_ptr[v + 1])
+        for q in range(a, b):
+            i = prod_live[q] if h == 0 else waitby_live[q]
+            x, y = _live_tensor_leaves(i, k, -1, tag, new_dev, place0, wait_ptr, wait_op,
+                                       live_producer, live_remote, has_waiting, live_size)
+            leave += x
+            partial += y
+    tag[v] = t
+    return leave, partial
+
+
+@njit(cache=True)
+def _hub_edges(v, place0, out_ptr, in_ptr, in_edges, edge_src, edge_dst, edge_size, count,
+               size):
+    """`count` [d], `size` [d]: v's data edges (in and out) by the device of their other
+    op in the incumbent, and their bytes."""
+    count[:] = 0
+    size[:] = 0.0
+    for e in range(out_ptr[v], out_ptr[v + 1]):
+        count[place0[edge_dst[e]]] += 1
+        size[place0[edge_dst[e]]] += edge_size[e]
+    for q in range(in_ptr[v], in_ptr[v + 1]):
+        e = in_edges[q]
+        count[place0[edge_src[e]]] += 1
+        size[place0[edge_src[e]]] += edge_size[e]
+
+
+@njit(cache=True)
+def _features(base, tag, new_dev, solo_mark, solo_row, live_tag, stamp, hub_touches,
+              hub_mark, hub_live, hub_cut, hub_size, ptr, ops, dev, prio, transfer, n, d, k,
+              place0, prio0, obytes, over_room, headroom, room, curve_ptr, curve_times,
+              curve_live, op_start, op_end, P, cost, mean_load, load0, max_load0, load_k0,
+              is_peak, peak_bytes, live_size, live_remote, live_producer, has_waiting,
+              wait_ptr, wait_op, prod_ptr, prod_live, waitby_ptr, waitby_live, out_ptr, in_ptr,
+              in_edges, edge_src, edge_dst, edge_size, latency, bandwidth, run_ptr, run_order,
+              rank0, dev_count, cons_bytes, prod_bytes, out_bytes, after_peak, peak_rank):
     """The features (`FEATURES`) of each neighbour from the ops it changes (row `r`: `ops`
     [ptr[r]:ptr[r + 1]] ascending, with their new `dev` and `prio`; `transfer[r]`): every
     feature is the incumbent's (zero, or its cut and loads) plus what the changed ops touch
     (their live tensors, their data edges, their device's run order). `tag` [n] and
     `live_tag` [live tensors] are marks reused from call to call (`base + r + 1` while row
-    r is read: `base` past every mark used before), `new_dev`, `new_prio` [n] scratch."""
+    r is read: `base` past every mark used before), `new_dev` [n] scratch.
+
+    A row that moves one op alone to another device has features that depend on that op and
+    device only (a moved op's new key is not read): the draw repeats such rows for ops that
+    hold much at the peak, so each is computed once per call and copied (`solo_mark`,
+    `solo_row` [n * d]: the call's mark `base + 1` and the row where it was computed).
+
+    A row's hub, the moved op touching the most live tensors and data edges when that is at
+    least `hub_touches`, is not walked: its lone move's live sums and its edges counted by the
+    device of their other op are kept per incumbent (`hub_mark` [3, n] the incumbent's
+    `stamp` for each, `hub_live` [2, 2, n], `hub_cut` and `hub_size` [n, d]), and the other
+    moved ops' walks take back the hub's share of each live tensor or edge they share with
+    it. Why: one op of a random training step touched 1,792 of the 2,729 tensors live at the
+    peak, and the draw aims move after move at it. The live bytes and the edges' bytes are
+    summed as whole numbers (exact in any order) and divided once, so a hub changes no
+    feature."""
     m = len(ptr) - 1
     out = np.zeros((m, F))
     onto = np.zeros(d)
@@ -485,11 +566,18 @@ def _features(base, tag, new_dev, new_prio, live_tag, ptr, ops, dev, prio, trans
     for r in range(m):
         t = base + r + 1
         lo, hi = ptr[r], ptr[r + 1]
+        if hi - lo == 1 and dev[lo] != place0[ops[lo]]:
+            key = ops[lo] * d + dev[lo]
+            if solo_mark[key] == base + 1:
+                out[r] = out[solo_row[key]]
+                out[r, _TRANSFER] = 1.0 if transfer[r] else 0.0
+                continue
+            solo_mark[key] = base + 1
+            solo_row[key] = r
         for p in range(lo, hi):
             v = ops[p]
             tag[v] = t
             new_dev[v] = dev[p]
-            new_prio[v] = prio[p]
         onto[:] = 0.0
         any_onto[:] = False
         top[:] = -np.inf
@@ -497,7 +585,17 @@ def _features(base, tag, new_dev, new_prio, live_tag, ptr, ops, dev, prio, trans
         moved = 0
         live_leave = live_partial = ops_leave = off_k = onto_k = 0.0
         cut = 0
-        cut_time = 0.0
+        cut_size = 0.0
+        # the moved op that touches most (its live tensors and data edges), when that is
+        # much: its sums come from the lone move's, kept for the incumbent (`hub_*`)
+        hub, most = -1, hub_touches - 1
+        for p in range(lo, hi):
+            v = ops[p]
+            if dev[p] != place0[v]:
+                touches = prod_ptr[v + 1] - prod_ptr[v] + waitby_ptr[v + 1] - waitby_ptr[v] \
+                    + out_ptr[v + 1] - out_ptr[v] + in_ptr[v + 1] - in_ptr[v]
+                if touches > most:
+                    hub, most = v, touches
         for p in range(lo, hi):
             v = ops[p]
             j, j0 = dev[p], place0[v]
@@ -516,43 +614,70 @@ def _features(base, tag, new_dev, new_prio, live_tag, ptr, ops, dev, prio, trans
             load[j] += cost[v]
             if is_peak[v]:
                 ops_leave += peak_bytes[v]
-            # live tensors at the peak whose producer or waiting consumer this is
-            for q in range(prod_ptr[v], prod_ptr[v + 1]):
-                i = prod_live[q]
-                if live_tag[i] != t:
+            if v == hub:                     # its lone move's sums, corrected below
+                side = 1 if j == k else 0
+                if hub_mark[side, v] != stamp:
+                    hub_mark[side, v] = stamp
+                    hub_live[side, 0, v], hub_live[side, 1, v] = _hub_live(
+                        v, k, t, tag, new_dev, prod_ptr, prod_live, waitby_ptr, waitby_live,
+                        place0, wait_ptr, wait_op, live_producer, live_remote, has_waiting,
+                        live_size)
+                if hub_mark[2, v] != stamp:
+                    hub_mark[2, v] = stamp
+                    _hub_edges(v, place0, out_ptr, in_ptr, in_edges, edge_src, edge_dst,
+                               edge_size, hub_cut[v], hub_size[v])
+                live_leave += hub_live[side, 0, v]
+                live_partial += hub_live[side, 1, v]
+                cut += hub_cut[v, j0] - hub_cut[v, j]
+                cut_size += hub_size[v, j0] - hub_size[v, j]
+                continue
+            # live tensors at the peak whose producer or waiting consumer this is (one the
+            # hub also touches: its share in the hub's sums taken back)
+            for h in range(2):
+                a, b = (prod_ptr[v], prod_ptr[v + 1]) if h == 0 \
+                    else (waitby_ptr[v], waitby_ptr[v + 1])
+                for q in range(a, b):
+                    i = prod_live[q] if h == 0 else waitby_live[q]
+                    if live_tag[i] == t:
+                        continue
                     live_tag[i] = t
                     leave, partial = _live_tensor_leaves(
                         i, k, t, tag, new_dev, place0, wait_ptr, wait_op, live_producer,
-                        live_remote, has_waiting, live_bytes)
+                        live_remote, has_waiting, live_size)
                     live_leave += leave
                     live_partial += partial
-            for q in range(waitby_ptr[v], waitby_ptr[v + 1]):
-                i = waitby_live[q]
-                if live_tag[i] != t:
-                    live_tag[i] = t
-                    leave, partial = _live_tensor_leaves(
-                        i, k, t, tag, new_dev, place0, wait_ptr, wait_op, live_producer,
-                        live_remote, has_waiting, live_bytes)
-                    live_leave += leave
-                    live_partial += partial
-            # data edges out of v, and into v from an op that did not move (counted there)
+                    if hub >= 0 and _touches(hub, i, live_producer, wait_ptr, wait_op):
+                        tag[hub] = -1
+                        leave, partial = _live_tensor_leaves(
+                            i, k, -1, tag, new_dev, place0, wait_ptr, wait_op, live_producer,
+                            live_remote, has_waiting, live_size)
+                        tag[hub] = t
+                        live_leave -= leave
+                        live_partial -= partial
+            # data edges out of v, and into v from an op that did not move (counted there);
+            # an edge to or from the hub: what the hub's sums counted for it taken back
             for e in range(out_ptr[v], out_ptr[v + 1]):
                 u = edge_dst[e]
                 ju = new_dev[u] if tag[u] == t else place0[u]
                 change = int(ju != j) - int(place0[u] != j0)
+                if u == hub:
+                    change -= int(j0 != ju) - int(j0 != place0[u])
                 cut += change
-                cut_time += change * edge_time[e]
+                cut_size += change * edge_size[e]
             for q in range(in_ptr[v], in_ptr[v + 1]):
                 e = in_edges[q]
                 u = edge_src[e]
-                if tag[u] == t and new_dev[u] != place0[u]:
+                if u == hub:
+                    change = int(j != new_dev[u]) - int(j0 != new_dev[u])
+                elif tag[u] == t and new_dev[u] != place0[u]:
                     continue
-                change = int(place0[u] != j) - int(place0[u] != j0)
+                else:
+                    change = int(place0[u] != j) - int(place0[u] != j0)
                 cut += change
-                cut_time += change * edge_time[e]
+                cut_size += change * edge_size[e]
         row = out[r]
-        row[_LIVE_LEAVE] = live_leave
-        row[_LIVE_PARTIAL] = live_partial
+        row[_LIVE_LEAVE] = live_leave / P
+        row[_LIVE_PARTIAL] = live_partial / P
         row[_OPS_LEAVE] = ops_leave
         row[_OFF_K] = off_k
         row[_ONTO_K] = onto_k
@@ -620,7 +745,7 @@ def _features(base, tag, new_dev, new_prio, live_tag, ptr, ops, dev, prio, trans
         row[_TRANSFER] = 1.0 if transfer[r] else 0.0
         row[_NOOP] = 1.0 if moved == 0 and not order_changed and not transfer[r] else 0.0
         row[_CUT_EDGES] = cut / n
-        row[_CUT_TIME] = cut_time
+        row[_CUT_TIME] = (latency * cut + cut_size / bandwidth) / mean_load
         row[_MAX_LOAD] = (load.max() - max_load0) / mean_load
         row[_LOAD_K] = (load[k] - load_k0) / mean_load
     return out
