@@ -84,8 +84,8 @@ sys.path.insert(0, str(REPO))
 from regal.files import JsonLinesWriter, read_json_lines, replacing, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
-from regal.search.advantage import (FEATURES, GATE_FEATURES, REGIMES, MoveRanker,  # noqa: E402
-                                    move_features, network_scores)
+from regal.search.advantage import GATE_FEATURES, MoveRanker, network_scores  # noqa: E402
+from regal.search.move_features import FEATURES, REGIMES, move_features  # noqa: E402
 from regal.workers import Workers, set_numba_threads  # noqa: E402
 
 LIMIT_FACTOR = 1.2
@@ -139,7 +139,7 @@ def _secondary(objective: str, peaks: np.ndarray) -> np.ndarray:
 
 def log_run(task: dict) -> dict:
     """One logged pipeline run (a worker's call): writes task["file"], returns a summary."""
-    from regal.search.advantage import _context
+    from regal.search.move_features import incumbent_context
     from regal.search.pipeline import solve_seeded_brkga
     from regal.sim import evaluate
 
@@ -157,7 +157,7 @@ def log_run(task: dict) -> dict:
         value0, secondary0 = climb.current_key
         r1 = (value0 - values) / max(abs(value0), 1e-12)
         r2 = (secondary0 - secondary) / max(abs(secondary0), 1e-12)
-        regime = _context(climb).regime
+        regime = incumbent_context(climb).regime
         if rng.random() < task["keep"]:
             rows["x"].append(x.astype(np.float32))
             rows["r1"].append(r1.astype(np.float32))

@@ -1,20 +1,20 @@
 """The move ranker's features computed densely in numpy over whole decoded neighbours, as
-they were before they were compiled over the changed ops (`regal.search.advantage._features`):
-the reference the compiled features must equal (tests/test_advantage.py). It reads the
-same per-incumbent `Context`."""
+they were before they were compiled over the changed ops
+(`regal.search.move_features._features`): the reference the compiled features must equal
+(tests/test_advantage.py). It reads the same per-incumbent `Context`."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from regal.decode import decode, split
-from regal.search.advantage import F, FEATURES, _context
+from regal.search.move_features import F, FEATURES, incumbent_context
 
 
 def move_features(climb, drawn: np.ndarray) -> np.ndarray:
     """[m, F] features (`FEATURES`) of each drawn neighbour's change from `climb`'s incumbent
     (`climb.current`, its placement and `PeakFacts` in `climb.moves`)."""
-    c = _context(climb)
+    c = incumbent_context(climb)
     graph, devices = climb.problem.graph, climb.problem.devices
     drawn = np.atleast_2d(np.asarray(drawn, np.float64))
     m, n, d, k = len(drawn), c.n, c.d, c.k
@@ -172,11 +172,11 @@ def _device_ranks(place: np.ndarray, prio: np.ndarray) -> np.ndarray:
 
 def context_arrays(climb) -> dict:
     """The per-incumbent arrays `Context` computes in one compiled pass
-    (`regal.search.advantage._context_arrays`), in numpy as it computed them before: from
+    (`regal.search.move_features._context_arrays`), in numpy as it computed them before: from
     the climb's placement, keys and `PeakFacts`, over the same scale `P`."""
-    from regal.search.advantage import _context
+    from regal.search.move_features import incumbent_context
 
-    c = _context(climb)
+    c = incumbent_context(climb)
     graph, facts, n, d, k, P = climb.problem.graph, climb.moves.facts, c.n, c.d, c.k, c.P
     place0, prio0 = c.place0, c.prio0
     tensors = np.asarray(facts.tensors, np.int64)

@@ -1,5 +1,7 @@
-"""The learned move ranker (`regal.search.advantage`): its features on a hand-made case, its
-weights' round trip, and its use as a climb's `rank_moves` (budget, determinism, shapes)."""
+"""The learned move ranker (`regal.search.advantage`) and its features
+(`regal.search.move_features`): the features on hand-made cases and against the dense
+reference, the weights' round trip, and the ranker as a climb's `rank_moves` (budget,
+determinism, shapes)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from regal import synth
 from regal.decode import encode
 from regal.graph_builder import GraphBuilder
 from regal.optimizers import Problem
-from regal.search.advantage import FEATURES, HUB_TOUCHES, REGIMES, MoveRanker, move_features
+from regal.search.advantage import MoveRanker
+from regal.search.move_features import FEATURES, HUB_TOUCHES, REGIMES, move_features
 from regal.search.climb import Climb
 from regal.sim import DeviceSpec
 
@@ -320,7 +323,7 @@ def test_the_most_of_a_memory_curve_over_each_run_is_the_reference_one():
     several devices end to end, against numpy's searchsorted and the reference sparse table,
     repeated instants, runs before the first point and long runs included."""
     from advantage_reference import _range_max
-    from regal.search.advantage import _window_at
+    from regal.search.move_features import _window_at
 
     rng = np.random.default_rng(5)
     sizes = (1, 2, 7, 40, 300)

@@ -88,7 +88,7 @@ def test_the_shipped_ranker_keeps_the_drawing_order_over_a_limit():
     logged to fit, and the in-limit fit lent to it lost under tight limits), and the fit lends
     that regime no other's weights."""
     from regal.regal_method import load_move_ranker
-    from regal.search.advantage import F, REGIMES
+    from regal.search.move_features import F, REGIMES
 
     script = experiment("move_ranker")
     over = REGIMES.index("makespan_over")

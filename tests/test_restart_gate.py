@@ -21,7 +21,7 @@ G = len(GATE_FEATURES)
 
 def _ranker(gates=None, seed=5):
     rng = np.random.default_rng(seed)
-    from regal.search.advantage import FEATURES
+    from regal.search.move_features import FEATURES
 
     return MoveRanker.linear(rng.normal(size=(len(REGIMES), len(FEATURES))), rng.normal(size=3),
                              rng.normal(size=len(FEATURES)),

@@ -1,0 +1,726 @@
+"""The features a move ranker reads: cheap, scale-free numbers describing each drawn
+neighbour's change from a climb's incumbent (`regal.search.advantage.MoveRanker` scores
+them).
+
+`move_features` describes each candidate's diff from the incumbent relative to what sets
+the incumbent's peak (its `PeakFacts`): which bytes live at the peak on the critical device
+leave it, which bytes land on which device and how much room that device has, what a
+reorder does to a live tensor's producer or consumer, how the cut and the compute load
+change (`FEATURES`). Features are scale free: bytes over the critical device's peak `P`,
+counts over `n`, jumps over the device's op count, compute over the mean device load.
+Colocation groups need no care: each neighbour's decoded devices (a group's is its leader's
+row, a pin overrides it) are compared with the incumbent's, and the features read the diff.
+`regime_of` names the incumbent's regime (`REGIMES`), whose weights a ranker uses.
+
+Cost: the features are the incumbent's plus what the changed ops touch (their live tensors,
+data edges, run-order ranks), compiled with numba (`_features`), from the writes the climb
+drew (`regal.search.moves.Drawn`: no neighbour is made into a chromosome to be ranked); an op
+that touches much (a hub) is walked once per incumbent, not once per row that moves it;
+per incumbent a `Context` of arrays, most of them from one compiled pass (`_context_arrays`;
+its memory curves come from the trace `peak_facts` made, its run orders from the order the
+draws sorted). tests/advantage_reference.py keeps the dense numpy features and per-incumbent
+arrays they equal.
+Deterministic; no neighbour is simulated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from numba import njit
+
+from regal.decode import decode, split
+from regal.graph import op_bytes
+
+__all__ = ["FEATURES", "REGIMES", "HUB_TOUCHES", "move_features", "regime_of", "Context",
+           "incumbent_context"]
+
+FEATURES = (
+    "live_leave",        # bytes live at the peak on the critical device k that leave k / P
+    "live_partial",      # live local bytes whose producer leaves k while a waiting consumer stays
+    "ops_leave",         # persistent + running temporary bytes held at the peak, moved off k / P
+    "bytes_off_k",       # op_bytes (persistent, temporary, own outputs) of all ops moved off k / P
+    "bytes_onto_k",      # op_bytes of ops moved onto k / P
+    "overflow",          # max over j != k of (peak_j + bytes moved onto j - room_j)+ / P
+    "fill",              # max over j != k of bytes moved onto j / max(room_j - peak_j, P/50)
+    "overflow_t",        # the same as overflow with j's memory while the moved ops ran (its
+                         # trace) in place of j's peak: max_j (mem_j + moved onto j - room_j)+ / P
+    "rise_t",            # max over targets j of (mem_j while the moved ops ran + moved onto j
+                         # - room_j) / P, signed (0 without a move)
+    "moved_ops",         # ops whose device changed / n
+    "reorder",           # 1 when no op changed device (priorities or transfer keys only)
+    "good_reorder",      # live bytes: a waiting consumer runs earlier, a producer later / P
+    "bad_reorder",       # live bytes: a waiting consumer runs later, a producer earlier / P
+    "alloc_before_peak", # own output bytes of an op on k moved from after the peak to before / P
+    "jump_k",            # |change of run-order rank| of reordered ops on k / ops on k
+    "jump_other",        # the same on the other devices / their op count
+    "noop",              # 1 when neither a device, a run order nor a sender's key changed
+    "transfer_keys",     # 1 when a sending op's transfer key changed
+    "cut_edges",         # change in cross-device data edges / n
+    "cut_time",          # change in summed transfer time of cross-device edges / mean load
+    "max_load",          # change in the largest device's summed compute cost / mean load
+    "load_k",            # change in k's summed compute cost / mean load
+)
+F = len(FEATURES)
+# regime 0: peak memory; 1: running time, every device within its limit; 2: running time with
+# a device over its limit (the climb then aims its moves at that device's excess)
+REGIMES = ("peak_memory", "makespan_fit", "makespan_over")
+# a moved op touching at least this many live tensors and data edges is a row's hub
+# (`_features`)
+HUB_TOUCHES = 64
+
+
+def regime_of(problem, facts) -> int:
+    """The regime of the incumbent: which of `REGIMES` weights rank its neighbours."""
+    if problem.objective == "peak_memory":
+        return 0
+    limits = problem.devices.limits
+    return 2 if limits is not None and bool((facts.peaks > limits).any()) else 1
+
+
+class _Static:
+    """What the features read of the graph and the devices alone (once per climb)."""
+
+    def __init__(self, climb) -> None:
+        graph, devices = climb.problem.graph, climb.problem.devices
+        n = graph.num_nodes
+        self.graph, self.devices = graph, devices
+        self.obytes = op_bytes(graph).astype(np.float64)
+        self.cost = graph.compute_cost.astype(np.float64)
+        self.mean_load = max(float(self.cost.sum()) / devices.count, 1e-9)
+        # own output bytes of each op (non-alias), for allocations moved before the peak
+        own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0).astype(np.float64)
+        self.out_bytes = np.zeros(n)
+        np.add.at(self.out_bytes, graph.tensor_producer, own)
+        # data edges: producer -> consumer with the tensor's transfer time
+        cptr = graph.consumer_ptr
+        self.consumer_ptr = np.asarray(cptr, np.int64)
+        self.consumer = np.asarray(graph.consumer, np.int64)
+        edge_tensor = np.repeat(np.arange(graph.num_tensors), np.diff(cptr))
+        self.edge_src = graph.tensor_producer[edge_tensor].astype(np.int64)
+        self.edge_dst = graph.consumer.astype(np.int64)
+        self.edge_size = graph.tensor_size[edge_tensor].astype(np.float64)
+        self.edge_time = devices.transfer_time(self.edge_size) / self.mean_load
+        self.latency, self.bandwidth = float(devices.latency), float(devices.bandwidth)
+        self.in_ptr, self.in_edges = _csr_kernel(                  # edges into each op
+            self.edge_dst, n, np.arange(len(self.edge_dst)))
+        self.out_ptr = np.asarray(cptr, np.int64)[np.asarray(graph.output_ptr, np.int64)]
+        pinned = getattr(graph, "pinned", None)
+        self.pinned = np.full(n, -1, np.int64) if pinned is None else np.asarray(pinned, np.int64)
+        self.grouped, self.colocation, self.member_ptr, self.members = climb.moves._static()[5:9]
+        # the compiled functions' marks, reused from call to call (`changes`, `_features`):
+        # zeroing fresh ones each call cost more than the work on a large graph
+        self.scratch = np.zeros((7, n), np.int64)
+        self.scratch_f = np.zeros((2, n))
+        # per (op, target device): the call's mark and the row that moved that op alone there
+        self.solo = np.zeros((2, n * devices.count), np.int64)
+        # a hub's lone move (`_features`), once per incumbent: the incumbent's stamp (live
+        # sums staying on k / moving onto it, its edges), the live sums, its edges by device
+        self.hub_mark = np.zeros((3, n), np.int64)
+        self.hub_live = np.zeros((2, 2, n))
+        self.hub_cut = np.zeros((n, devices.count), np.int64)
+        self.hub_size = np.zeros((n, devices.count))
+        self.incumbents = 0
+        self.hub_touches = HUB_TOUCHES
+        self.mark = 0
+
+
+class Context:
+    """Per-incumbent arrays the features of all its neighbours share (built once per
+    incumbent and reused while it stays: a climb ranks several batches from one)."""
+
+    def __init__(self, climb) -> None:
+        problem, facts = climb.problem, climb.moves.facts
+        graph, devices = problem.graph, problem.devices
+        static = getattr(climb, "_advantage_static", None)
+        if static is None or static.graph is not graph or static.devices is not devices:
+            static = climb._advantage_static = _Static(climb)
+        n, d = graph.num_nodes, devices.count
+        self.n, self.d = n, d
+        self.k = k = int(facts.device)
+        self.place0 = np.asarray(climb.moves.placement, np.int64)
+        # the incumbent's keys, and its ops by priority key (what its draws already sorted)
+        _, self.prio0, self.tr0, order, _ = climb.moves._incumbent_arrays(
+            np.asarray(climb.current, np.float64))
+        peaks = facts.peaks.astype(np.float64)
+        self.P = P = max(float(peaks[k]), 1.0)
+        limits = devices.limits
+        self.regime = regime_of(problem, facts)
+        # the level a target device may rise to: its limit when the objective is the running
+        # time under limits, else the peak. Under peak memory the limits are left out, so a
+        # limit at or above the answer ranks the moves as no limit does (and the regime's
+        # weights were fitted without limits)
+        room = limits.astype(np.float64) if limits is not None \
+            and problem.objective != "peak_memory" else np.full(d, P)
+        self.over_room = (peaks - room) / P                   # [d]
+        self.headroom = np.maximum(room - peaks, P / 50.0) / P
+        self.obytes = static.obytes / P
+        self.cost, self.mean_load = static.cost, static.mean_load
+
+        # live tensors at the peak on k, their waiting consumers there (not finished by the
+        # peak), the run orders, the cut and the loads: one compiled pass (`_context_arrays`)
+        tensors = np.asarray(facts.tensors, np.int64)
+        tbytes = np.asarray(facts.tensor_bytes, np.float64) / P
+        producer = graph.tensor_producer[tensors].astype(np.int64)
+        self.ops_at_peak = np.asarray(facts.ops, np.int64)
+        self.ops_bytes = np.asarray(facts.op_bytes, np.float64) / P
+        (self.wait_owner, self.wait_op, self.wait_ptr, self.has_waiting, self.cons_bytes,
+         self.prod_bytes, self.after_peak, self.dev_count, self.peak_rank, load0,
+         self.run_ptr, self.run_order, self.rank0, cross0, cut0, self.senders0, self.is_peak,
+         self.peak_bytes, self.prod_ptr, self.prod_live, self.waitby_ptr, self.waitby_live) = \
+            _context_arrays(n, d, k, self.place0, order, tensors, tbytes, producer,
+                            static.consumer_ptr, static.consumer, facts.end, facts.start,
+                            float(facts.time), self.cost, static.edge_src,
+                            static.edge_dst, self.ops_at_peak, self.ops_bytes)
+        self.live_bytes, self.live_producer = tbytes, producer
+        self.live_size = np.asarray(facts.tensor_bytes, np.float64)   # whole bytes: sums exact
+        static.incumbents += 1
+        self.stamp = static.incumbents
+        self.live_remote = np.asarray(facts.remote, bool)
+        self.out_bytes = static.out_bytes / P
+        self.peak_rank = int(self.peak_rank)
+
+        # the cut and the loads
+        self.edge_src, self.edge_dst, self.edge_time = \
+            static.edge_src, static.edge_dst, static.edge_time
+        self.cut0 = float(cut0)
+        self.cut_time0 = float(self.edge_time[cross0].sum())
+        self.max_load0, self.load_k0 = float(load0.max()), float(load0[k])
+        # each device's live bytes while each op ran in the incumbent (its trace's curves):
+        # where an op moved onto that device would add its bytes. Read by `_window_at` for
+        # the ops a neighbour moves only: the whole [d, n] table cost more than every other
+        # array here on graphs of thousands of ops
+        traced = getattr(facts, "trace", None)
+        if traced is None:
+            from regal.sim import trace
+
+            traced = trace(graph, devices, self.place0, self.prio0, self.tr0)
+        self.curve_ptr, self.curve_times, self.curve_live = _curves(traced)
+        self.op_start = np.asarray(traced.op_start, np.float64)
+        self.op_end = np.asarray(traced.op_end, np.float64)
+        self.room = room / P
+        self.facts, self.current = facts, climb.current     # what this context is of
+
+        # what the compiled features (`_features`) read: from an op to what its move touches
+        self.load0 = load0
+        self.in_ptr, self.in_edges, self.out_ptr, self.pinned = \
+            static.in_ptr, static.in_edges, static.out_ptr, static.pinned
+        self.grouped, self.colocation, self.member_ptr, self.members = \
+            static.grouped, static.colocation, static.member_ptr, static.members
+        self.static = static
+        self.live_mark = np.zeros(len(tensors), np.int64)
+
+    @property
+    def window(self) -> np.ndarray:
+        """[d, n] the most bytes live on each device while each op ran in the incumbent, / P:
+        every entry `_features` may read (`_window_at`), for tests and study."""
+        out = np.zeros((self.d, self.n))
+        for j in range(self.d):
+            for v in range(self.n):
+                out[j, v] = _window_at(self.curve_ptr, self.curve_times, self.curve_live,
+                                       self.op_start, self.op_end, j, v) / self.P
+        return out
+
+
+@njit(cache=True)
+def _context_arrays(n, d, k, place0, order, tensors, tbytes, producer, cptr, consumer, end,
+                    start, at, cost, edge_src, edge_dst, ops_at_peak, ops_bytes):
+    """The integer and sequentially summed per-incumbent arrays of `Context`, in one compiled
+    pass (each as the numpy it replaced computed it: the waiting consumers in tensor then
+    consumer order, sums in index order, run orders by key descending with ties to the lower
+    id, the CSR lists stable). `order` is every op by priority key descending, ties to the
+    lower id (the climb's moves sort it once per incumbent): each device's run order is its
+    ops in that order."""
+    T = len(tensors)
+    # waiting consumers of each live tensor on k (consumers not finished by the peak)
+    total = 0
+    for i in range(T):
+        t = tensors[i]
+        total += cptr[t + 1] - cptr[t]
+    wait_owner = np.empty(total, np.int64)
+    wait_op = np.empty(total, np.int64)
+    w = 0
+    for i in range(T):
+        t = tensors[i]
+        for c in range(cptr[t], cptr[t + 1]):
+            u = consumer[c]
+            if place0[u] == k and end[u] > at:
+                wait_owner[w], wait_op[w] = i, u
+                w += 1
+    wait_owner, wait_op = wait_owner[:w], wait_op[:w]
+    wait_ptr = np.zeros(T + 1, np.int64)
+    for i in range(w):
+        wait_ptr[wait_owner[i] + 1] += 1
+    for i in range(T):
+        wait_ptr[i + 1] += wait_ptr[i]
+    has_waiting = np.zeros(T, np.bool_)
+    for i in range(T):
+        has_waiting[i] = wait_ptr[i + 1] > wait_ptr[i]
+    cons_bytes = np.zeros(n)
+    for i in range(w):
+        cons_bytes[wait_op[i]] += tbytes[wait_owner[i]]
+    prod_bytes = np.zeros(n)
+    for i in range(T):
+        prod_bytes[producer[i]] += tbytes[i]
+    after_peak = np.empty(n, np.bool_)
+    dev_count = np.zeros(d, np.int64)
+    peak_rank = 0
+    load0 = np.zeros(d)
+    for v in range(n):
+        after_peak[v] = start[v] > at
+        dev_count[place0[v]] += 1
+        if place0[v] == k and not after_peak[v]:
+            peak_rank += 1
+        load0[place0[v]] += cost[v]
+    # each device's run order: keys descending, ties to the lower id
+    run_ptr = np.zeros(d + 1, np.int64)
+    for j in range(d):
+        run_ptr[j + 1] = run_ptr[j] + dev_count[j]
+    run_order = np.empty(n, np.int64)
+    fill = run_ptr[:d].copy()
+    for i in range(n):                       # `order` split by device, stably
+        v = order[i]
+        run_order[fill[place0[v]]] = v
+        fill[place0[v]] += 1
+    rank0 = np.empty(n, np.int64)
+    for i in range(n):
+        v = run_order[i]
+        rank0[v] = i - run_ptr[place0[v]]
+    # the cut
+    cross0 = np.empty(len(edge_src), np.bool_)
+    senders0 = np.zeros(n, np.bool_)
+    cut0 = 0
+    for e in range(len(edge_src)):
+        cross0[e] = place0[edge_src[e]] != place0[edge_dst[e]]
+        if cross0[e]:
+            cut0 += 1
+            senders0[edge_src[e]] = True
+    is_peak = np.zeros(n, np.bool_)
+    peak_bytes = np.zeros(n)
+    for i in range(len(ops_at_peak)):
+        is_peak[ops_at_peak[i]] = True
+        peak_bytes[ops_at_peak[i]] = ops_bytes[i]
+    prod_ptr, prod_live = _csr_kernel(producer, n, np.arange(T))
+    waitby_ptr, waitby_live = _csr_kernel(wait_op, n, wait_owner)
+    return (wait_owner, wait_op, wait_ptr, has_waiting, cons_bytes, prod_bytes, after_peak,
+            dev_count, peak_rank, load0, run_ptr, run_order, rank0, cross0, cut0, senders0,
+            is_peak, peak_bytes, prod_ptr, prod_live, waitby_ptr, waitby_live)
+
+
+@njit(cache=True)
+def _csr_kernel(keys, n, values):
+    """(ptr [n + 1], items): `values` grouped by key 0..n-1, in their order within a key."""
+    ptr = np.zeros(n + 1, np.int64)
+    for i in range(len(keys)):
+        ptr[keys[i] + 1] += 1
+    for v in range(n):
+        ptr[v + 1] += ptr[v]
+    fill = ptr[:n].copy()
+    items = np.empty(len(keys), np.int64)
+    for i in range(len(keys)):
+        items[fill[keys[i]]] = values[i]
+        fill[keys[i]] += 1
+    return ptr, items
+
+
+def _curves(traced) -> tuple:
+    """A trace's memory curves, device after device: (ptr [d + 1], times, live bytes)."""
+    parts = [(np.asarray(times, np.float64), np.asarray(live, np.float64))
+             for times, live in traced.memory]
+    ptr = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum([len(times) for times, _ in parts], out=ptr[1:])
+    if not parts:
+        return ptr, np.zeros(0), np.zeros(0)
+    return ptr, np.concatenate([t for t, _ in parts]), np.concatenate([x for _, x in parts])
+
+
+@njit(cache=True)
+def _window_at(curve_ptr, curve_times, curve_live, op_start, op_end, j, v):
+    """The most bytes live on device j while op v ran in the incumbent: its step curve's value
+    at op_start[v] (the last point at or before it) and at every point before op_end[v];
+    0 when op_start[v] is before the curve's first point."""
+    a, b = curve_ptr[j], curve_ptr[j + 1]
+    first = a
+    while a < b:                              # first point after op_start[v]
+        mid = (a + b) // 2
+        if curve_times[mid] <= op_start[v]:
+            a = mid + 1
+        else:
+            b = mid
+    if a == first:
+        return 0.0
+    lo = a - 1
+    best = curve_live[lo]
+    for p in range(lo + 1, curve_ptr[j + 1]):
+        if curve_times[p] >= op_end[v]:
+            break
+        best = max(best, curve_live[p])
+    return best
+
+
+def incumbent_context(climb) -> Context:
+    """The climb's context for its incumbent (`climb.current` with `climb.moves.facts`: a new
+    incumbent is a new array and gets new facts, `Climb._refresh`), built once."""
+    cached = getattr(climb, "_advantage_context", None)
+    if cached is None or cached.facts is not climb.moves.facts \
+            or cached.current is not climb.current:
+        cached = Context(climb)
+        climb._advantage_context = cached
+    return cached
+
+
+def move_features(climb, drawn) -> np.ndarray:
+    """[m, F] features (`FEATURES`) of each drawn neighbour's change from `climb`'s incumbent
+    (`climb.current`, its placement and `PeakFacts` in `climb.moves`). `drawn` is either
+    chromosomes [m, G] (decoded and compared with the incumbent) or the writes the climb drew
+    (`regal.search.moves.Drawn`, read directly: no neighbour is decoded whole). Either way
+    the work is in the ops a neighbour changes, compiled (`_features`);
+    tests/advantage_reference.py keeps the dense numpy computation it equals."""
+    from regal.search.moves import Drawn
+
+    c = incumbent_context(climb)
+    s = c.static
+    if isinstance(drawn, Drawn):
+        from regal.search.draw_kernel import changes
+
+        ptr, ops, dev, prio, transfer, s.mark = changes(
+            c.n, drawn.row_ptr, drawn.kind, drawn.op, drawn.value, c.place0, c.prio0, c.tr0,
+            c.senders0, c.pinned, c.grouped, c.colocation, c.member_ptr, c.members,
+            s.scratch[:5], s.scratch_f[:2], s.mark)
+    else:
+        ptr, ops, dev, prio, transfer = _dense_changes(climb, c, drawn)
+    base, s.mark = s.mark, s.mark + len(ptr)
+    return _features(base, s.scratch[5], s.scratch[6], s.solo[0], s.solo[1], c.live_mark,
+                     c.stamp, s.hub_touches, s.hub_mark, s.hub_live, s.hub_cut, s.hub_size,
+                     ptr, ops, dev, prio, transfer, c.n, c.d, c.k, c.place0, c.prio0,
+                     c.obytes, c.over_room, c.headroom, c.room, c.curve_ptr, c.curve_times,
+                     c.curve_live, c.op_start, c.op_end, c.P, c.cost,
+                     c.mean_load, c.load0, c.max_load0, c.load_k0, c.is_peak, c.peak_bytes,
+                     c.live_size, c.live_remote, c.live_producer, c.has_waiting, c.wait_ptr,
+                     c.wait_op, c.prod_ptr, c.prod_live, c.waitby_ptr, c.waitby_live,
+                     c.out_ptr, c.in_ptr, c.in_edges, c.edge_src, c.edge_dst, s.edge_size,
+                     s.latency, s.bandwidth, c.run_ptr, c.run_order, c.rank0, c.dev_count,
+                     c.cons_bytes, c.prod_bytes, c.out_bytes, c.after_peak, c.peak_rank)
+
+def _dense_changes(climb, c: Context, drawn) -> tuple:
+    """What `changes` gives for writes, from chromosomes: the ops whose decoded device or
+    priority key differs from the incumbent's (row by row, ascending ids), their device and
+    key, and whether a sending op's transfer key changed."""
+    graph, devices = climb.problem.graph, climb.problem.devices
+    drawn = np.atleast_2d(np.asarray(drawn, np.float64))
+    m = len(drawn)
+    place = decode(drawn, graph, devices)[0].astype(np.int64)     # [m, n]
+    _, prio, tr = split(drawn, c.n, c.d)
+    rows, ops = np.nonzero((place != c.place0) | (prio != c.prio0))
+    ptr = np.zeros(m + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=m), out=ptr[1:])
+    transfer = ((tr != c.tr0) & c.senders0).any(axis=1) if m else np.zeros(0, np.bool_)
+    return (ptr, ops.astype(np.int64), place[rows, ops], np.ascontiguousarray(prio[rows, ops]),
+            np.asarray(transfer, np.bool_))
+
+
+(_LIVE_LEAVE, _LIVE_PARTIAL, _OPS_LEAVE, _OFF_K, _ONTO_K, _OVERFLOW, _FILL, _OVERFLOW_T,
+ _RISE_T, _MOVED, _REORDER, _GOOD, _BAD, _ALLOC, _JUMP_K, _JUMP_OTHER, _NOOP, _TRANSFER,
+ _CUT_EDGES, _CUT_TIME, _MAX_LOAD, _LOAD_K) = range(F)
+
+
+@njit(cache=True, inline="always")
+def _beats(key_u, u, key_v, v) -> bool:
+    """u runs before v on a device: higher priority key, ties to the lower id."""
+    return key_u > key_v or (key_u == key_v and u < v)
+
+
+@njit(cache=True)
+def _live_tensor_leaves(i, k, t, tag, new_dev, place0, wait_ptr, wait_op, live_producer,
+                        live_remote, has_waiting, live_bytes):
+    """(bytes that leave k, bytes partly leaving k) of live tensor i at the peak, under the
+    neighbour `t` (an op's device is `new_dev` where `tag` says t moved it, else `place0`)."""
+    stay = False
+    for w in range(wait_ptr[i], wait_ptr[i + 1]):
+        u = wait_op[w]
+        if (new_dev[u] if tag[u] == t else place0[u]) == k:
+            stay = True
+            break
+    u = live_producer[i]
+    off = (new_dev[u] if tag[u] == t else place0[u]) != k
+    size = float(live_bytes[i])
+    if not live_remote[i]:
+        if off and not stay:
+            return size, 0.0
+        if off and stay:
+            return 0.0, size
+        return 0.0, 0.0
+    if has_waiting[i] and not stay:
+        return size, 0.0
+    return 0.0, 0.0
+
+
+@njit(cache=True)
+def _touches(v, i, live_producer, wait_ptr, wait_op) -> bool:
+    """Op v produces live tensor i or waits on it."""
+    if live_producer[i] == v:
+        return True
+    for w in range(wait_ptr[i], wait_ptr[i + 1]):
+        if wait_op[w] == v:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _hub_live(v, k, t, tag, new_dev, prod_ptr, prod_live, waitby_ptr, waitby_live, place0,
+              wait_ptr, wait_op, live_producer, live_remote, has_waiting, live_size):
+    """(bytes leaving k, bytes partly leaving k) over the live tensors v touches when v alone
+    moves to `new_dev[v]` (row `t`'s; only whether it is k matters), v's tag t again after.
+    Each tensor is seen once: v is not its own reader, and a tensor's readers are distinct."""
+    tag[v] = -1
+    leave = partial = 0.0
+    for h in range(2):
+        a, b = (prod_ptr[v], prod_ptr[v + 1]) if h == 0 else (waitby_ptr[v], waitby_ptr[v + 1])
+        for q in range(a, b):
+            i = prod_live[q] if h == 0 else waitby_live[q]
+            x, y = _live_tensor_leaves(i, k, -1, tag, new_dev, place0, wait_ptr, wait_op,
+                                       live_producer, live_remote, has_waiting, live_size)
+            leave += x
+            partial += y
+    tag[v] = t
+    return leave, partial
+
+
+@njit(cache=True)
+def _hub_edges(v, place0, out_ptr, in_ptr, in_edges, edge_src, edge_dst, edge_size, count,
+               size):
+    """`count` [d], `size` [d]: v's data edges (in and out) by the device of their other
+    op in the incumbent, and their bytes."""
+    count[:] = 0
+    size[:] = 0.0
+    for e in range(out_ptr[v], out_ptr[v + 1]):
+        count[place0[edge_dst[e]]] += 1
+        size[place0[edge_dst[e]]] += edge_size[e]
+    for q in range(in_ptr[v], in_ptr[v + 1]):
+        e = in_edges[q]
+        count[place0[edge_src[e]]] += 1
+        size[place0[edge_src[e]]] += edge_size[e]
+
+
+@njit(cache=True)
+def _features(base, tag, new_dev, solo_mark, solo_row, live_tag, stamp, hub_touches,
+              hub_mark, hub_live, hub_cut, hub_size, ptr, ops, dev, prio, transfer, n, d, k,
+              place0, prio0, obytes, over_room, headroom, room, curve_ptr, curve_times,
+              curve_live, op_start, op_end, P, cost, mean_load, load0, max_load0, load_k0,
+              is_peak, peak_bytes, live_size, live_remote, live_producer, has_waiting,
+              wait_ptr, wait_op, prod_ptr, prod_live, waitby_ptr, waitby_live, out_ptr, in_ptr,
+              in_edges, edge_src, edge_dst, edge_size, latency, bandwidth, run_ptr, run_order,
+              rank0, dev_count, cons_bytes, prod_bytes, out_bytes, after_peak, peak_rank):
+    """The features (`FEATURES`) of each neighbour from the ops it changes (row `r`: `ops`
+    [ptr[r]:ptr[r + 1]] ascending, with their new `dev` and `prio`; `transfer[r]`): every
+    feature is the incumbent's (zero, or its cut and loads) plus what the changed ops touch
+    (their live tensors, their data edges, their device's run order). `tag` [n] and
+    `live_tag` [live tensors] are marks reused from call to call (`base + r + 1` while row
+    r is read: `base` past every mark used before), `new_dev` [n] scratch.
+
+    A row that moves one op alone to another device has features that depend on that op and
+    device only (a moved op's new key is not read): the draw repeats such rows for ops that
+    hold much at the peak, so each is computed once per call and copied (`solo_mark`,
+    `solo_row` [n * d]: the call's mark `base + 1` and the row where it was computed).
+
+    A row's hub, the moved op touching the most live tensors and data edges when that is at
+    least `hub_touches`, is not walked: its lone move's live sums and its edges counted by the
+    device of their other op are kept per incumbent (`hub_mark` [3, n] the incumbent's
+    `stamp` for each, `hub_live` [2, 2, n], `hub_cut` and `hub_size` [n, d]), and the other
+    moved ops' walks take back the hub's share of each live tensor or edge they share with
+    it. Why: one op of a random training step touched 1,792 of the 2,729 tensors live at the
+    peak, and the draw aims move after move at it. The live bytes and the edges' bytes are
+    summed as whole numbers (exact in any order) and divided once, so a hub changes no
+    feature."""
+    m = len(ptr) - 1
+    out = np.zeros((m, F))
+    onto = np.zeros(d)
+    any_onto = np.zeros(d, np.bool_)
+    top = np.zeros(d)
+    load = np.zeros(d)
+    for r in range(m):
+        t = base + r + 1
+        lo, hi = ptr[r], ptr[r + 1]
+        if hi - lo == 1 and dev[lo] != place0[ops[lo]]:
+            key = ops[lo] * d + dev[lo]
+            if solo_mark[key] == base + 1:
+                out[r] = out[solo_row[key]]
+                out[r, _TRANSFER] = 1.0 if transfer[r] else 0.0
+                continue
+            solo_mark[key] = base + 1
+            solo_row[key] = r
+        for p in range(lo, hi):
+            v = ops[p]
+            tag[v] = t
+            new_dev[v] = dev[p]
+        onto[:] = 0.0
+        any_onto[:] = False
+        top[:] = -np.inf
+        load[:] = load0
+        moved = 0
+        live_leave = live_partial = ops_leave = off_k = onto_k = 0.0
+        cut = 0
+        cut_size = 0.0
+        # the moved op that touches most (its live tensors and data edges), when that is
+        # much: its sums come from the lone move's, kept for the incumbent (`hub_*`)
+        hub, most = -1, hub_touches - 1
+        for p in range(lo, hi):
+            v = ops[p]
+            if dev[p] != place0[v]:
+                touches = prod_ptr[v + 1] - prod_ptr[v] + waitby_ptr[v + 1] - waitby_ptr[v] \
+                    + out_ptr[v + 1] - out_ptr[v] + in_ptr[v + 1] - in_ptr[v]
+                if touches > most:
+                    hub, most = v, touches
+        for p in range(lo, hi):
+            v = ops[p]
+            j, j0 = dev[p], place0[v]
+            if j == j0:
+                continue
+            moved += 1
+            if j0 == k:
+                off_k += obytes[v]
+            if j == k:
+                onto_k += obytes[v]
+            onto[j] += obytes[v]
+            any_onto[j] = True
+            top[j] = max(top[j], _window_at(curve_ptr, curve_times, curve_live, op_start,
+                                            op_end, j, v) / P)
+            load[j0] -= cost[v]
+            load[j] += cost[v]
+            if is_peak[v]:
+                ops_leave += peak_bytes[v]
+            if v == hub:                     # its lone move's sums, corrected below
+                side = 1 if j == k else 0
+                if hub_mark[side, v] != stamp:
+                    hub_mark[side, v] = stamp
+                    hub_live[side, 0, v], hub_live[side, 1, v] = _hub_live(
+                        v, k, t, tag, new_dev, prod_ptr, prod_live, waitby_ptr, waitby_live,
+                        place0, wait_ptr, wait_op, live_producer, live_remote, has_waiting,
+                        live_size)
+                if hub_mark[2, v] != stamp:
+                    hub_mark[2, v] = stamp
+                    _hub_edges(v, place0, out_ptr, in_ptr, in_edges, edge_src, edge_dst,
+                               edge_size, hub_cut[v], hub_size[v])
+                live_leave += hub_live[side, 0, v]
+                live_partial += hub_live[side, 1, v]
+                cut += hub_cut[v, j0] - hub_cut[v, j]
+                cut_size += hub_size[v, j0] - hub_size[v, j]
+                continue
+            # live tensors at the peak whose producer or waiting consumer this is (one the
+            # hub also touches: its share in the hub's sums taken back)
+            for h in range(2):
+                a, b = (prod_ptr[v], prod_ptr[v + 1]) if h == 0 \
+                    else (waitby_ptr[v], waitby_ptr[v + 1])
+                for q in range(a, b):
+                    i = prod_live[q] if h == 0 else waitby_live[q]
+                    if live_tag[i] == t:
+                        continue
+                    live_tag[i] = t
+                    leave, partial = _live_tensor_leaves(
+                        i, k, t, tag, new_dev, place0, wait_ptr, wait_op, live_producer,
+                        live_remote, has_waiting, live_size)
+                    live_leave += leave
+                    live_partial += partial
+                    if hub >= 0 and _touches(hub, i, live_producer, wait_ptr, wait_op):
+                        tag[hub] = -1
+                        leave, partial = _live_tensor_leaves(
+                            i, k, -1, tag, new_dev, place0, wait_ptr, wait_op, live_producer,
+                            live_remote, has_waiting, live_size)
+                        tag[hub] = t
+                        live_leave -= leave
+                        live_partial -= partial
+            # data edges out of v, and into v from an op that did not move (counted there);
+            # an edge to or from the hub: what the hub's sums counted for it taken back
+            for e in range(out_ptr[v], out_ptr[v + 1]):
+                u = edge_dst[e]
+                ju = new_dev[u] if tag[u] == t else place0[u]
+                change = int(ju != j) - int(place0[u] != j0)
+                if u == hub:
+                    change -= int(j0 != ju) - int(j0 != place0[u])
+                cut += change
+                cut_size += change * edge_size[e]
+            for q in range(in_ptr[v], in_ptr[v + 1]):
+                e = in_edges[q]
+                u = edge_src[e]
+                if u == hub:
+                    change = int(j != new_dev[u]) - int(j0 != new_dev[u])
+                elif tag[u] == t and new_dev[u] != place0[u]:
+                    continue
+                else:
+                    change = int(place0[u] != j) - int(place0[u] != j0)
+                cut += change
+                cut_size += change * edge_size[e]
+        row = out[r]
+        row[_LIVE_LEAVE] = live_leave / P
+        row[_LIVE_PARTIAL] = live_partial / P
+        row[_OPS_LEAVE] = ops_leave
+        row[_OFF_K] = off_k
+        row[_ONTO_K] = onto_k
+        overflow = fill = 0.0
+        rise = -np.inf
+        for j in range(d):
+            if j == k:
+                continue
+            overflow = max(overflow, max(over_room[j] + onto[j], 0.0))
+            fill = max(fill, onto[j] / headroom[j])
+            if any_onto[j]:
+                rise = max(rise, top[j] + onto[j] - room[j])
+        row[_OVERFLOW] = overflow
+        row[_FILL] = min(fill, 10.0)
+        if rise > -np.inf:
+            row[_OVERFLOW_T] = max(rise, 0.0)
+            row[_RISE_T] = rise
+        row[_MOVED] = moved / n
+        row[_REORDER] = 1.0 if moved == 0 else 0.0
+        # reorders: ops whose key changed on the device they stay on, by their new rank there
+        order_changed = False
+        for p in range(lo, hi):
+            v = ops[p]
+            D = place0[v]
+            if dev[p] != D:
+                continue
+            key = prio[p]
+            # the incumbent's ops on D ahead of (key, v): a prefix of its run order
+            a, b = run_ptr[D], run_ptr[D + 1]
+            while a < b:
+                mid = (a + b) // 2
+                u = run_order[mid]
+                if _beats(prio0[u], u, key, v):
+                    a = mid + 1
+                else:
+                    b = mid
+            rank = a - run_ptr[D]
+            if prio0[v] > key:
+                rank -= 1                              # v itself, at its old key
+            for q in range(lo, hi):                    # the other ops this row changes
+                u = ops[q]
+                if u == v:
+                    continue
+                if place0[u] == D and _beats(prio0[u], u, key, v):
+                    rank -= 1
+                if dev[q] == D and _beats(prio[q], u, key, v):
+                    rank += 1
+            delta = rank0[v] - rank                    # > 0: runs earlier than before
+            on_k = D == k
+            jump = abs(delta) / max(dev_count[D], 1)
+            if delta > 0:
+                row[_GOOD] += cons_bytes[v]
+                row[_BAD] += prod_bytes[v]
+                if on_k and after_peak[v] and rank < peak_rank:
+                    row[_ALLOC] += out_bytes[v]
+            elif delta < 0:
+                row[_GOOD] += prod_bytes[v]
+                row[_BAD] += cons_bytes[v]
+            if on_k:
+                row[_JUMP_K] += jump
+            else:
+                row[_JUMP_OTHER] += jump
+            if delta != 0:
+                order_changed = True
+        row[_TRANSFER] = 1.0 if transfer[r] else 0.0
+        row[_NOOP] = 1.0 if moved == 0 and not order_changed and not transfer[r] else 0.0
+        row[_CUT_EDGES] = cut / n
+        row[_CUT_TIME] = (latency * cut + cut_size / bandwidth) / mean_load
+        row[_MAX_LOAD] = (load.max() - max_load0) / mean_load
+        row[_LOAD_K] = (load[k] - load_k0) / mean_load
+    return out
