@@ -38,6 +38,19 @@ class ReferenceMoves(Moves):
         g = self.graph
         return g.consumer[g.consumer_ptr[tensor]:g.consumer_ptr[tensor + 1]]
 
+    def kick(self, keys: np.ndarray) -> np.ndarray:
+        """The kick as it was: each swap sorts its block anew."""
+        out = keys.copy()
+        affinity, priority, transfer = split(out, self.n, self.d)
+        strength = max(1, int(round(0.02 * self.n)))
+        for _ in range(strength):
+            if self.d > 1:
+                self._move(affinity)
+            self._swap(priority)
+        if self.rng.random() < 0.5:
+            self._swap(transfer)
+        return out
+
     def random_neighbour(self, keys: np.ndarray) -> np.ndarray:
         out = keys.copy()
         affinity, priority, transfer = split(out, self.n, self.d)
