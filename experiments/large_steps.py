@@ -7,13 +7,17 @@ the size of the large validation graphs the move ranker was checked on. This run
 its no-policy twin `seeded-brkga`, `regal` without its move ranker (the BRKGA prior alone),
 local search and BRKGA at the same evaluations on a synthetic split no fit has seen (its
 own recipe seed; forward, backward and update ops of random, CNN, inception and transformer
-networks), peak memory, 2 and 4 devices.
+networks), peak memory, 2 and 4 devices; and `regal` and local search once (seed 0) at
+`--long-budget` evaluations, so that each graph has a best-known value: the best any run
+here found (the split has no store).
 
-    python experiments/large_steps.py            # 6 graphs, 3 seeds: about 15 min on 2 cores
+    python experiments/large_steps.py   # 6 graphs, 3 seeds, 50,000-evaluation runs: ~45 min
 
 Points: 100 x (BRKGA's value - the method's) / BRKGA's per graph from the means over seeds;
 policy adds = 100 x (twin - regal) / twin per graph, the same way; "ranker adds" is `regal`
-against `regal` without its ranker. One JSON line per run in `--records` (keyed by graph,
+against `regal` without its ranker. Gap to best-known = 100 x (the method's mean over seeds -
+best) / best per graph; issue 38's target is `regal`'s median gap at most half the twin's.
+One JSON line per run in `--records` (keyed by graph,
 devices, seed, method and the method's code revision: resumable, and a new revision runs
 again). Results: experiments/results/large_steps.md (and .jsonl).
 """
@@ -39,6 +43,7 @@ RECIPE = dict(min_ops=10000, max_ops=15000, seed=20261130, family="mixed", train
 BASE, TWIN = "brkga", "seeded-brkga"
 NO_RANKER = "regal-no-ranker"       # regal with move_ranker="none": the BRKGA prior alone
 METHODS = ("regal", TWIN, NO_RANKER, "local-search", BASE)
+LONG_METHODS = ("regal", "local-search")     # once each at --long-budget: the best-known
 
 
 def recipe(count: int):
@@ -146,6 +151,43 @@ def tables(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def best_known(rows: list[dict]) -> dict:
+    """(devices, graph) -> the least value any of `rows` found (every budget)."""
+    best: dict = {}
+    for r in rows:
+        k = (r["devices"], r["graph"])
+        best[k] = min(best.get(k, r["value"]), r["value"])
+    return best
+
+
+def gap_table(rows: list[dict], best: dict) -> str:
+    """Each method's gap to the best-known value per device count (the means over seeds
+    of `rows`), and `regal`'s median gap against the twin's."""
+    by = _means(rows)
+    cells, ratio = [], []
+    for devices in sorted({d for d, _ in by}):
+        medians = {}
+        for method in METHODS:
+            gaps = [100.0 * (statistics.fmean(runs[method].values()) - best[(d, g)])
+                    / best[(d, g)] for (d, g), runs in by.items()
+                    if d == devices and method in runs and best.get((d, g))]
+            if gaps:
+                medians[method] = statistics.median(gaps)
+                cells.append([devices, method, len(gaps), f"{statistics.fmean(gaps):.2f}",
+                              f"{medians[method]:.2f}", f"{max(gaps):.2f}"])
+        if "regal" in medians and TWIN in medians:
+            twin, regal = medians[TWIN], medians["regal"]
+            ratio.append([devices, f"{twin:.2f}", f"{regal:.2f}",
+                          f"{regal / twin:.2f}" if twin > 0 else "-",
+                          "yes" if regal <= 0.5 * twin else "no"])
+    lines = markdown_table(["devices", "method", "graphs", "gap to best-known: mean %",
+                            "median %", "max %"], cells, "rlrrrr")
+    lines += ["", "`regal`'s median gap against its twin's (issue 38: at most half):", ""]
+    lines += markdown_table(["devices", "twin's median gap %", "regal's median gap %",
+                             "regal / twin", "at most half"], ratio, "rrrrl")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=6, help="graphs of the split")
@@ -153,6 +195,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--budget", type=int, default=5000)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--long-budget", type=int, default=50000,
+                        help="evaluations of the best-known runs (0: none)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--graphs", type=Path, default=GRAPHS,
                         help="folder the split is written to (regenerated from its recipe)")
@@ -163,6 +207,9 @@ def main(argv=None) -> int:
         if getattr(args, name) < 1:
             print(f"error: --{name} must be at least 1", file=sys.stderr)
             return 2
+    if args.long_budget < 0:
+        print("error: --long-budget must be at least 0", file=sys.stderr)
+        return 2
     if any(d < 1 for d in args.devices):
         print("error: --devices must be at least 1", file=sys.stderr)
         return 2
@@ -179,6 +226,11 @@ def main(argv=None) -> int:
              for i, p in enumerate(paths) for d in args.devices for s in range(args.seeds)
              for m in dict.fromkeys([BASE, TWIN, "regal"] + list(args.methods))
              if (p.stem, d, s, m, args.budget, revision(m)) not in done]
+    if args.long_budget:
+        tasks += [dict(path=str(p), family=synth.family_at(rec, i), devices=d, seed=0,
+                       method=m, budget=args.long_budget)
+                  for i, p in enumerate(paths) for d in args.devices for m in LONG_METHODS
+                  if (p.stem, d, 0, m, args.long_budget, revision(m)) not in done]
     print(f"large_steps: {len(tasks)} runs to make", flush=True)
     writer = JsonLinesWriter(args.records, f"{args.records} is being written")
     queue, bar = iter(tasks), tqdm(total=len(tasks), desc="runs", unit="run", mininterval=5)
@@ -198,8 +250,10 @@ def main(argv=None) -> int:
     finally:
         bar.close()
         writer.close()
-    rows = [r for r in read_json_lines(args.records)
-            if r["budget"] == args.budget and r["revision"] == revision(r["method"])]
+    current = [r for r in read_json_lines(args.records)
+               if r["revision"] == revision(r["method"])]
+    rows = [r for r in current if r["budget"] == args.budget]
+    long = [r for r in current if r["budget"] == args.long_budget] if args.long_budget else []
     text = ("# Large unseen training steps: what the policy adds\n\n"
             f"Made by `python experiments/large_steps.py` ({len(rows):,} runs). Split: "
             f"{args.count} synthetic training steps of {RECIPE['min_ops']:,}-"
@@ -207,7 +261,12 @@ def main(argv=None) -> int:
             "inception, transformer, forward + backward + updates), not used by any fit; "
             f"{args.budget:,} evaluations, peak memory, seeds 0-{args.seeds - 1}. Points over "
             "BRKGA-5K: 100 x (BRKGA - method) / BRKGA per graph from the means over seeds.\n\n"
-            + tables(rows))
+            + tables(rows)
+            + "\n## Gap to the best-known value\n\nBest-known: the least value any run of "
+            f"this table or of the {len(long)} runs of `regal` and local search at "
+            f"{args.long_budget:,} evaluations (seed 0) found for the graph. Gap = 100 x "
+            "(mean over seeds - best) / best.\n\n"
+            + gap_table(rows, best_known(rows + long)))
     write_text(args.out, text)
     print(text, flush=True)
     return 0

@@ -50,18 +50,44 @@ def test_tables_by_hand():
     assert "-3.62 ± 8.88" in prior[0]
 
 
+def test_gaps_to_the_best_known_by_hand():
+    script = experiment("large_steps")
+    rows = [_row("a", "seeded-brkga", 0, 110.0), _row("a", "seeded-brkga", 1, 130.0),
+            _row("a", "regal", 0, 105.0), _row("a", "regal", 1, 105.0),
+            _row("b", "seeded-brkga", 0, 220.0), _row("b", "regal", 0, 230.0),
+            _row("b", "local-search", 0, 250.0)]
+    long = [dict(_row("a", "local-search", 0, 100.0), budget=50000),
+            dict(_row("b", "regal", 0, 200.0), budget=50000)]
+    best = script.best_known(rows + long)
+    assert best == {(2, "a"): 100.0, (2, "b"): 200.0}
+    text = script.gap_table(rows, best)
+    gaps = _cells(text, "2")
+    # twin: a 120 vs 100 -> 20%, b 220 vs 200 -> 10%: mean 15, median 15, max 20
+    assert gaps[("seeded-brkga", "2")][3:6] == ["15.00", "15.00", "20.00"]
+    # regal: a 5%, b 15%: median 10, against the twin's 15: 0.67, not at most half
+    assert gaps[("regal", "2")][3:6] == ["10.00", "10.00", "15.00"]
+    assert gaps[("local-search", "1")][3:6] == ["25.00", "25.00", "25.00"]
+    ratio = [line for line in text.splitlines() if line.startswith("| 2 | 15.00 |")]
+    assert ratio == ["| 2 | 15.00 | 10.00 | 0.67 | no |"]
+
+
 def test_a_small_run_resumes_and_reads_only_current_code(tmp_path, monkeypatch):
     script = experiment("large_steps")
     monkeypatch.setattr(script, "RECIPE", dict(script.RECIPE, min_ops=40, max_ops=60))
     records, out = tmp_path / "r.jsonl", tmp_path / "t.md"
     argv = ["--count", "1", "--devices", "2", "--seeds", "1", "--budget", "200",
-            "--workers", "1", "--methods", "regal", "seeded-brkga", "regal-no-ranker",
-            "--graphs", str(tmp_path / "graphs"), "--records", str(records), "--out", str(out)]
+            "--long-budget", "400", "--workers", "1", "--methods", "regal", "seeded-brkga",
+            "regal-no-ranker", "--graphs", str(tmp_path / "graphs"), "--records", str(records),
+            "--out", str(out)]
     assert script.main(argv) == 0
     rows = [json.loads(line) for line in records.read_text().splitlines()]
-    assert sorted(r["method"] for r in rows) == ["brkga", "regal", "regal-no-ranker",
-                                                 "seeded-brkga"]
-    assert all(r["evaluations"] <= 200 and 40 <= r["ops"] <= 60 for r in rows)
+    assert sorted((r["method"], r["budget"]) for r in rows) == [
+        ("brkga", 200), ("local-search", 400), ("regal", 200), ("regal", 400),
+        ("regal-no-ranker", 200), ("seeded-brkga", 200)]
+    assert all(r["evaluations"] <= r["budget"] and 40 <= r["ops"] <= 60 for r in rows)
+    best = min(r["value"] for r in rows)
+    regal = next(r["value"] for r in rows if r["method"] == "regal" and r["budget"] == 200)
+    assert f"| 2 | regal | 1 | {100 * (regal - best) / best:.2f} |" in out.read_text()
     assert {r["revision"] for r in rows if r["method"].startswith("regal")} == {
         script.revision("regal")}
     assert "| 2 | policy adds: regal - twin | all | 1 |" in out.read_text()
@@ -89,4 +115,6 @@ def test_bad_input_is_refused(tmp_path, capsys):
     assert script.main(["--seeds", "0"] + base) == 2
     assert "--seeds" in capsys.readouterr().err
     assert script.main(["--devices", "0"] + base) == 2
+    assert script.main(["--long-budget", "-1"] + base) == 2
+    assert "--long-budget" in capsys.readouterr().err
     assert not (tmp_path / "r.jsonl").exists()
