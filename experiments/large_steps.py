@@ -9,7 +9,9 @@ local search and BRKGA at the same evaluations on a synthetic split no fit has s
 own recipe seed; forward, backward and update ops of random, CNN, inception and transformer
 networks), peak memory, 2 and 4 devices; and `regal` and local search once (seed 0) at
 `--long-budget` evaluations, so that each graph has a best-known value: the best any run
-here found (the split has no store).
+here found (the split has no store). With `--objective makespan` the same for the step time
+under a per-device limit of 1.2 x the graph's best-known peak at that device count (the
+transfer experiment's running-time table's limit), which the peak-memory runs give.
 
     python experiments/large_steps.py   # 6 graphs, 3 seeds, 50,000-evaluation runs: ~45 min
 
@@ -53,10 +55,17 @@ def recipe(count: int):
                          RECIPE["family"], RECIPE["training"], name="large_steps")
 
 
-def revision(method: str) -> str:
+LIMIT_FACTOR = 1.2       # --objective makespan: each device's limit, x the best-known peak
+
+
+def revision(method: str, limit: int | None = None) -> str:
     from regal.optimizers import method_revision
 
-    return method_revision("regal" if method == NO_RANKER else method)
+    return method_revision("regal" if method == NO_RANKER else method, limit)
+
+
+def objective_of(row: dict) -> str:
+    return row.get("objective", "peak_memory")      # rows before makespan runs were peak
 
 
 def run(task: dict) -> dict:
@@ -67,22 +76,25 @@ def run(task: dict) -> dict:
     from regal.workers import set_numba_threads
 
     set_numba_threads(1)
-    problem = Problem(load_graph(task["path"]), DeviceSpec(task["devices"]), "peak_memory")
+    objective, limit = task.get("objective", "peak_memory"), task.get("limit")
+    problem = Problem(load_graph(task["path"]), DeviceSpec(task["devices"], memory_limit=limit),
+                      objective)
     method, options = task["method"], {}
     if method == NO_RANKER:
         method, options = "regal", dict(move_ranker="none")
     start = time.perf_counter()
     found = solve(method, problem, task["budget"], task["seed"], **options)
     return dict(graph=Path(task["path"]).stem, family=task["family"], devices=task["devices"],
-                seed=task["seed"], method=task["method"], revision=revision(task["method"]),
-                budget=task["budget"], value=float(found.value),
-                evaluations=int(found.evaluations), wall_s=time.perf_counter() - start,
-                ops=problem.graph.num_nodes)
+                seed=task["seed"], method=task["method"],
+                revision=revision(task["method"], limit), budget=task["budget"],
+                objective=objective, limit=limit, value=float(found.value),
+                feasible=bool(found.feasible), evaluations=int(found.evaluations),
+                wall_s=time.perf_counter() - start, ops=problem.graph.num_nodes)
 
 
 def key(row: dict) -> tuple:
     return (row["graph"], row["devices"], row["seed"], row["method"], row["budget"],
-            row["revision"])
+            row["revision"], objective_of(row))
 
 
 def points(base: float, value: float) -> float:
@@ -197,6 +209,8 @@ def main(argv=None) -> int:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--long-budget", type=int, default=50000,
                         help="evaluations of the best-known runs (0: none)")
+    parser.add_argument("--objective", choices=("peak_memory", "makespan"),
+                        default="peak_memory")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--graphs", type=Path, default=GRAPHS,
                         help="folder the split is written to (regenerated from its recipe)")
@@ -220,17 +234,36 @@ def main(argv=None) -> int:
 
     rec = recipe(args.count)
     paths = sorted(synth.materialize(rec, args.graphs, progress=False))
-    done = {key(r) for r in read_json_lines(args.records)}
-    tasks = [dict(path=str(p), family=synth.family_at(rec, i), devices=d, seed=s, method=m,
-                  budget=args.budget)
+    stored = read_json_lines(args.records)
+    done = {key(r) for r in stored}
+    limits: dict = {}                 # (graph, devices) -> the limit (makespan) or None
+    for p in paths:
+        for d in args.devices:
+            limits[(p.stem, d)] = None
+    if args.objective == "makespan":
+        peaks = best_known([r for r in stored if objective_of(r) == "peak_memory"
+                            and r["revision"] == revision(r["method"])])
+        missing = [f"{g} at {d} devices" for g, d in limits if (d, g) not in peaks]
+        if missing:
+            print(f"error: no peak-memory run of {', '.join(missing)} in {args.records} to "
+                  "set the limit from: run without --objective first", file=sys.stderr)
+            return 2
+        limits = {(g, d): int(LIMIT_FACTOR * peaks[(d, g)]) for g, d in limits}
+
+    def task(i, p, d, s, m, budget):
+        limit = limits[(p.stem, d)]
+        if (p.stem, d, s, m, budget, revision(m, limit), args.objective) in done:
+            return None
+        return dict(path=str(p), family=synth.family_at(rec, i), devices=d, seed=s, method=m,
+                    budget=budget, objective=args.objective, limit=limit)
+
+    tasks = [task(i, p, d, s, m, args.budget)
              for i, p in enumerate(paths) for d in args.devices for s in range(args.seeds)
-             for m in dict.fromkeys([BASE, TWIN, "regal"] + list(args.methods))
-             if (p.stem, d, s, m, args.budget, revision(m)) not in done]
+             for m in dict.fromkeys([BASE, TWIN, "regal"] + list(args.methods))]
     if args.long_budget:
-        tasks += [dict(path=str(p), family=synth.family_at(rec, i), devices=d, seed=0,
-                       method=m, budget=args.long_budget)
-                  for i, p in enumerate(paths) for d in args.devices for m in LONG_METHODS
-                  if (p.stem, d, 0, m, args.long_budget, revision(m)) not in done]
+        tasks += [task(i, p, d, 0, m, args.long_budget)
+                  for i, p in enumerate(paths) for d in args.devices for m in LONG_METHODS]
+    tasks = [t for t in tasks if t is not None]
     print(f"large_steps: {len(tasks)} runs to make", flush=True)
     writer = JsonLinesWriter(args.records, f"{args.records} is being written")
     queue, bar = iter(tasks), tqdm(total=len(tasks), desc="runs", unit="run", mininterval=5)
@@ -250,16 +283,19 @@ def main(argv=None) -> int:
     finally:
         bar.close()
         writer.close()
-    current = [r for r in read_json_lines(args.records)
-               if r["revision"] == revision(r["method"])]
+    current = [r for r in read_json_lines(args.records) if objective_of(r) == args.objective
+               and r["revision"] == revision(r["method"], r.get("limit"))]
     rows = [r for r in current if r["budget"] == args.budget]
     long = [r for r in current if r["budget"] == args.long_budget] if args.long_budget else []
+    objective = "peak memory" if args.objective == "peak_memory" else (
+        f"step time under a limit of {LIMIT_FACTOR} x the best-known peak on every device "
+        "(an answer over it ranks behind every one within: the simulator's penalty)")
     text = ("# Large unseen training steps: what the policy adds\n\n"
             f"Made by `python experiments/large_steps.py` ({len(rows):,} runs). Split: "
             f"{args.count} synthetic training steps of {RECIPE['min_ops']:,}-"
             f"{RECIPE['max_ops']:,} ops (recipe seed {RECIPE['seed']}, families random, CNN, "
             "inception, transformer, forward + backward + updates), not used by any fit; "
-            f"{args.budget:,} evaluations, peak memory, seeds 0-{args.seeds - 1}. Points over "
+            f"{args.budget:,} evaluations, {objective}, seeds 0-{args.seeds - 1}. Points over "
             f"BRKGA (at {args.budget:,} evaluations too): 100 x (BRKGA - method) / BRKGA per "
             "graph from the means over seeds.\n\n"
             + tables(rows)

@@ -109,6 +109,34 @@ def test_a_small_run_resumes_and_reads_only_current_code(tmp_path, monkeypatch):
     assert out.read_text().split("\n\n", 2)[2] == table          # the same runs again
 
 
+def test_the_step_time_under_limits_set_from_the_best_known_peaks(tmp_path, monkeypatch,
+                                                                    capsys):
+    script = experiment("large_steps")
+    monkeypatch.setattr(script, "RECIPE", dict(script.RECIPE, min_ops=40, max_ops=60))
+    records, out = tmp_path / "r.jsonl", tmp_path / "t.md"
+    base = ["--count", "1", "--devices", "2", "--seeds", "1", "--budget", "200",
+            "--long-budget", "0", "--workers", "1", "--methods", "regal", "seeded-brkga",
+            "--graphs", str(tmp_path / "graphs"), "--records", str(records), "--out", str(out)]
+    # no peak-memory runs yet: nothing to set the limit from
+    assert script.main(base + ["--objective", "makespan"]) == 2
+    assert "run without --objective first" in capsys.readouterr().err
+    assert script.main(base) == 0
+    peaks = [json.loads(line) for line in records.read_text().splitlines()]
+    assert script.main(base + ["--objective", "makespan"]) == 0
+    rows = [json.loads(line) for line in records.read_text().splitlines()][len(peaks):]
+    limit = int(1.2 * min(r["value"] for r in peaks))
+    assert sorted(r["method"] for r in rows) == ["brkga", "regal", "seeded-brkga"]
+    assert all(r["objective"] == "makespan" and r["limit"] == limit for r in rows)
+    assert all(r["revision"] == script.revision(r["method"], limit) for r in rows)
+    text = out.read_text()
+    assert "step time under a limit of 1.2 x" in text
+    assert "| 2 | policy adds: regal - twin | all | 1 |" in text
+    # the peak-memory table reads the peak-memory runs only
+    assert script.main(base) == 0
+    assert "peak memory, seeds 0-0" in out.read_text()
+    assert len(records.read_text().splitlines()) == len(peaks) + len(rows)
+
+
 def test_bad_input_is_refused(tmp_path, capsys):
     script = experiment("large_steps")
     base = ["--records", str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "t.md")]
