@@ -66,7 +66,9 @@ def test_gaps_to_the_best_known_by_hand():
     assert gaps[("seeded-brkga", "2")][3:6] == ["15.00", "15.00", "20.00"]
     # regal: a 5%, b 15%: median 10, against the twin's 15: 0.67, not at most half
     assert gaps[("regal", "2")][3:6] == ["10.00", "10.00", "15.00"]
-    assert gaps[("local-search", "1")][3:6] == ["25.00", "25.00", "25.00"]
+    assert gaps[("local-search", "1")][3:7] == ["25.00", "25.00", "25.00", "1 of 1"]
+    rows[0]["feasible"] = False                      # a twin's run over its limit: counted
+    assert _cells(script.gap_table(rows, best), "2")[("seeded-brkga", "2")][6] == "2 of 3"
     ratio = [line for line in text.splitlines() if line.startswith("| 2 | 15.00 |")]
     assert ratio == ["| 2 | 15.00 | 10.00 | 0.67 | no |"]
 
