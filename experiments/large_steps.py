@@ -222,6 +222,8 @@ def main(argv=None) -> int:
     parser.add_argument("--records", type=Path, default=RECORDS)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
+    command = " ".join(["python experiments/large_steps.py",
+                        *(sys.argv[1:] if argv is None else argv)])
     for name in ("count", "seeds", "budget", "workers"):
         if getattr(args, name) < 1:
             print(f"error: --{name} must be at least 1", file=sys.stderr)
@@ -241,10 +243,8 @@ def main(argv=None) -> int:
     paths = sorted(synth.materialize(rec, args.graphs, progress=False))
     stored = read_json_lines(args.records)
     done = {key(r) for r in stored}
-    limits: dict = {}                 # (graph, devices) -> the limit (makespan) or None
-    for p in paths:
-        for d in args.devices:
-            limits[(p.stem, d)] = None
+    # (graph, devices) -> the limit (makespan) or None
+    limits: dict = {(p.stem, d): None for p in paths for d in args.devices}
     if args.objective == "makespan":
         peaks = best_known([r for r in stored if objective_of(r) == "peak_memory"
                             and r["revision"] == revision(r["method"])])
@@ -296,7 +296,7 @@ def main(argv=None) -> int:
         f"step time under a limit of {LIMIT_FACTOR} x the best-known peak on every device "
         "(an answer over it ranks behind every one within: the simulator's penalty)")
     text = ("# Large unseen training steps: what the policy adds\n\n"
-            f"Made by `python experiments/large_steps.py` ({len(rows):,} runs). Split: "
+            f"Made by `{command}` ({len(rows):,} runs). Split: "
             f"{args.count} synthetic training steps of {RECIPE['min_ops']:,}-"
             f"{RECIPE['max_ops']:,} ops (recipe seed {RECIPE['seed']}, families random, CNN, "
             "inception, transformer, forward + backward + updates), not used by any fit; "

@@ -90,6 +90,7 @@ def test_a_small_run_resumes_and_reads_only_current_code(tmp_path, monkeypatch):
     best = min(r["value"] for r in rows)
     regal = next(r["value"] for r in rows if r["method"] == "regal" and r["budget"] == 200)
     assert f"| 2 | regal | 1 | {100 * (regal - best) / best:.2f} |" in out.read_text()
+    assert "Made by `python experiments/large_steps.py --count 1 --devices 2" in out.read_text()
     assert {r["revision"] for r in rows if r["method"].startswith("regal")} == {
         script.revision("regal")}
     assert "| 2 | policy adds: regal - twin | all | 1 |" in out.read_text()

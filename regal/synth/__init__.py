@@ -14,8 +14,7 @@ a CostGraphDef.
 from regal.synth.families import inception_like, layered_cnn, random_dag, transformer_like
 from regal.synth.recipes import (FAMILIES, RECIPES, REGAL_SYNTHETIC, SYNTH_VERSION, SplitRecipe,
                                  custom_recipe, family_at, generate, graph_at, materialize,
-                                 min_ops,
-                                 recipe_named, recipe_to_dict)
+                                 min_ops, recipe_named, recipe_to_dict)
 from regal.synth.training import augment, training_graph
 
 __all__ = [
