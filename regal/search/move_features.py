@@ -183,8 +183,7 @@ class Context:
         # the cut and the loads
         self.edge_src, self.edge_dst, self.edge_time = \
             static.edge_src, static.edge_dst, static.edge_time
-        self.cut0 = float(cut0)
-        self.cut_time0 = float(self.edge_time[cross0].sum())
+        self.cut0, self.cross0 = float(cut0), cross0
         self.max_load0, self.load_k0 = float(load0.max()), float(load0[k])
         # each device's live bytes while each op ran in the incumbent (its trace's curves):
         # where an op moved onto that device would add its bytes. Read by `_window_at` for
@@ -209,6 +208,12 @@ class Context:
             static.grouped, static.colocation, static.member_ptr, static.members
         self.static = static
         self.live_mark = np.zeros(len(tensors), np.int64)
+
+    @property
+    def cut_time0(self) -> float:
+        """The incumbent's summed transfer time over its cross-device edges / mean load:
+        the features take only its change, so it is for tests and study."""
+        return float(self.edge_time[self.cross0].sum())
 
     @property
     def window(self) -> np.ndarray:
