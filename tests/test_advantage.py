@@ -285,9 +285,9 @@ FEATURE_CASES = _feature_cases()
 @pytest.mark.parametrize("which", range(len(FEATURE_CASES)))
 def test_the_compiled_features_equal_the_dense_reference(which):
     """Along a ranked climb (groups and pins, limits, 2-4 devices): the features read from
-    the drawn writes equal those from the chromosomes exactly, and with every moved op taken
-    as a hub, and the dense numpy reference
-    to rounding (sums taken in another order); the per-incumbent arrays equal numpy's."""
+    the drawn writes equal those from the chromosomes exactly, and those with every moved op
+    taken as a hub too; they equal the dense numpy reference to rounding (sums taken in
+    another order); the per-incumbent arrays equal numpy's."""
     from advantage_reference import _device_ranks, _window_memory, context_arrays
     from advantage_reference import move_features as reference
 
