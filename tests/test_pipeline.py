@@ -362,24 +362,157 @@ def test_without_the_reserve_the_race_misses_that_fit(monkeypatch):
     assert not found.feasible and "fit_first_evaluations" not in found.extra
 
 
-def test_a_fresh_peak_climb_fits_where_the_climb_from_the_misfit_cannot():
-    """Synthetic test graph 38 (53 ops) on 4 devices under 466 bytes each, `regal` seed 1:
-    every raced lineage ends over the limit and the peak climb from the race's answer stays
-    over it (a local optimum of peak memory too); the second climb of `fit_first`, afresh
-    from the heuristic starts, fits. Before it the answer was over the limit (step stretched
-    to 4,386 against the twin's 842). With its move ranker, `regal`'s race fits there by
-    itself; without it (`move_ranker="none"`) the case is as it was."""
+def _graph_38_race(seed: int, give_up_unfit: bool = False):
+    """Synthetic test graph 38 (53 ops) on 4 devices under 466 bytes each, the step time:
+    BRKGA on 500 evaluations (over the limit) and the default race of climbs on 3,600 from
+    its best, with seed `seed`."""
     from regal.synth.recipes import graph_at, recipe_named
 
     graph = graph_at(recipe_named("test"), 38)
     assert graph.num_nodes == 53
     problem = Problem(graph, DeviceSpec(4, 466), "makespan")
-    found = solve("regal", problem, 5000, 1, move_ranker="none")
-    assert found.evaluations <= 5000
-    assert found.extra["fit_first_climbs"] == 2 and found.extra["fit_first_fits"]
-    assert found.feasible and max(found.peak) <= 466
-    ranked = solve("regal", problem, 5000, 1)
-    assert ranked.feasible and max(ranked.peak) <= 466
+    start = solve("brkga", problem, 500, seed)
+    assert not start.feasible
+    raced = race_climbs(problem, start, 3600, seed, fresh_climbs=DEFAULT_SCHEDULE.fresh_climbs,
+                        race=DEFAULT_SCHEDULE.race, give_up_unfit=give_up_unfit)
+    return problem, start, raced
+
+
+def test_a_fresh_peak_climb_fits_where_the_climb_from_the_misfit_cannot():
+    """Seed 1: the race ends over the limit and the peak climb from its answer stalls there
+    (a local optimum of peak memory too); `fit_first` hands over to a climb afresh from the
+    heuristic starts, which fits. Without the hand-over (`FIT_STALL` 1: the first climb keeps
+    the whole budget) the answer stays over the limit."""
+    import regal.search.pipeline as pipeline
+    from regal.search.pipeline import fit_first
+
+    problem, _, raced = _graph_38_race(1)
+    assert not raced.feasible
+    fitted = fit_first(problem, raced, 900, 1)
+    assert fitted.extra["fit_first_climbs"] == 2 and fitted.extra["fit_first_fits"]
+    assert fitted.feasible and max(fitted.peak) <= 466
+    assert fitted.evaluations == raced.evaluations + fitted.extra["fit_first_evaluations"] <= \
+        raced.evaluations + 900
+    original = pipeline.FIT_STALL
+    try:
+        pipeline.FIT_STALL = 1.0
+        held = fit_first(problem, raced, 900, 1)
+    finally:
+        pipeline.FIT_STALL = original
+    assert held.extra["fit_first_climbs"] == 1 and not held.feasible
+
+
+class _ScriptedClimb:
+    """Stands in for `Climb` in `fit_first`: 8 evaluations a step, its best over any limit,
+    lower by one each step when `improving`; records its seed and how far it ran."""
+
+    improving = True
+    ran: list = []
+
+    def __init__(self, problem, budget, seed, *, initial=None, should_stop=None, **options):
+        self.seed, self.used, self.value = seed, 0, 10.0 ** 9
+        self.best = np.asarray(problem_keys[0])
+
+    def run(self, budget, progress=None, should_stop=None):
+        while self.used < budget and not (should_stop is not None and should_stop()):
+            self.used += 8
+            self.value -= 1.0 if self.improving else 0.0
+            if progress is not None:
+                progress(self.used, self.value)
+        self.ran.append((self.seed, self.used))
+        return self
+
+
+problem_keys: list = []
+
+
+@pytest.mark.parametrize("improving", [True, False])
+def test_the_climb_from_the_misfit_keeps_the_budget_while_it_improves(monkeypatch, improving):
+    """`fit_first`'s rule, with scripted climbs that never fit: the first runs on while its
+    best improves (the whole budget of 400, where it once stopped at half) and, when its
+    best stands still for `FIT_STALL` of the budget (100 evaluations), hands the rest to a
+    climb afresh (seed + 1)."""
+    import regal.search.pipeline as pipeline
+    from regal.optimizers import Solution, score
+
+    problem, limit = _tight_problem()
+    n = problem.graph.num_nodes
+    on_one = Solution(**score(problem, np.zeros(n, np.int32), np.arange(n, dtype=np.float64),
+                              np.arange(n, dtype=np.float64)), evaluations=7, seed=3)
+    problem_keys[:] = [on_one.keys()]
+    monkeypatch.setattr(_ScriptedClimb, "improving", improving)
+    monkeypatch.setattr(_ScriptedClimb, "ran", [])
+    monkeypatch.setattr(pipeline, "Climb", _ScriptedClimb)
+    found = pipeline.fit_first(problem, on_one, 400, 3)
+    if improving:
+        assert _ScriptedClimb.ran == [(3, 400)] and found.extra["fit_first_climbs"] == 1
+    else:
+        assert _ScriptedClimb.ran == [(3, 104), (4, 296)]
+        assert found.extra["fit_first_climbs"] == 2
+    assert found.extra["fit_first_evaluations"] == 400 and not found.extra["fit_first_fits"]
+
+
+def test_the_race_gives_up_after_its_first_round_when_nothing_fits():
+    """Seed 1 of graph 38: no raced climb fits after the first round, so the race stops there
+    and leaves the rest for `finish_fitting`: three climbs of 270 evaluations (7.5% of
+    3,600) at most."""
+    _, start, raced = _graph_38_race(1, give_up_unfit=True)
+    assert raced.extra["race_gave_up"] and not raced.feasible
+    assert raced.extra["polish_evaluations"] <= 3 * 270
+    assert raced.evaluations == start.evaluations + raced.extra["polish_evaluations"]
+
+
+@pytest.mark.parametrize("seed, limit", [(2, 466), (1, 10**9)])
+def test_a_race_with_a_fit_after_its_first_round_runs_as_it_did(seed, limit):
+    """Where a raced climb fits after the first round (seed 2 of graph 38; or a limit no
+    placement reaches) giving up is never asked for: the same answer to the bit, the same
+    counts."""
+    from regal.synth.recipes import graph_at, recipe_named
+
+    problem = Problem(graph_at(recipe_named("test"), 38), DeviceSpec(4, limit), "makespan")
+    start = solve("brkga", problem, 500, seed)
+    runs = [race_climbs(problem, start, 3600, seed, fresh_climbs=2,
+                        race=DEFAULT_SCHEDULE.race, give_up_unfit=give_up)
+            for give_up in (False, True)]
+    assert runs[0].feasible and "race_gave_up" not in runs[1].extra
+    assert runs[0].value == runs[1].value and runs[0].evaluations == runs[1].evaluations
+    assert np.array_equal(runs[0].placement, runs[1].placement)
+    assert np.array_equal(runs[0].priority, runs[1].priority)
+
+
+def test_regal_fits_with_its_ranker_where_the_race_gave_up():
+    """`regal` on graph 38, seed 1, with and without its move ranker: the race gives up and
+    the answer fits (before the race gave up, the run without the ranker needed the fresh
+    peak climb; its answer had been over the limit, step stretched to 4,386 against the
+    twin's 842)."""
+    from regal.synth.recipes import graph_at, recipe_named
+
+    problem = Problem(graph_at(recipe_named("test"), 38), DeviceSpec(4, 466), "makespan")
+    for options in ({"move_ranker": "none"}, {}):
+        found = solve("regal", problem, 5000, 1, **options)
+        assert found.evaluations <= 5000
+        assert found.feasible and max(found.peak) <= 466
+
+
+def test_the_fit_climbs_get_the_move_ranker():
+    """`climb_options` reach the climbs on peak memory of `fit_first` too: a ranker that keeps
+    the drawing order is asked by climbs of the peak-memory problem, and the answer is the
+    one without it."""
+    from regal.search.pipeline import solve_seeded_brkga
+    from regal.synth.recipes import graph_at, recipe_named
+
+    problem = Problem(graph_at(recipe_named("test"), 38), DeviceSpec(4, 466), "makespan")
+    asked = set()
+
+    def keep_order(climb, drawn):
+        asked.add(climb.problem.objective)
+        return np.arange(len(drawn))
+
+    plain = solve_seeded_brkga(problem, 5000, 2)
+    same = solve_seeded_brkga(problem, 5000, 2, climb_options=dict(rank_moves=keep_order))
+    assert plain.extra["race_gave_up"] and plain.extra["fit_first_climbs"] >= 1
+    assert asked == {"makespan", "peak_memory"}
+    assert same.value == plain.value and np.array_equal(same.placement, plain.placement)
 
 
 def test_the_reserve_goes_on_climbing_an_answer_that_fits(problem):

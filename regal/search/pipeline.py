@@ -21,7 +21,7 @@ from regal.search.climb import Climb
 from regal.search.schedule import (DEFAULT_SCHEDULE, Schedule, check_race, phase_stops,
                                    split_budget)
 
-__all__ = ["race_climbs", "FIT_RESERVE", "finish_fitting", "fit_first", "brkga_phase",
+__all__ = ["race_climbs", "FIT_RESERVE", "FIT_STALL", "finish_fitting", "fit_first", "brkga_phase",
            "run_pipeline", "solve_seeded_brkga", "schedule_of"]
 
 
@@ -38,7 +38,7 @@ def race_climbs(problem: Problem, found: Solution, budget: int, seed: int, *,
                 fresh_climbs: int = 0, race=(), time_left: float | None = None,
                 progress: Callable[[int, float], None] | None = None,
                 should_stop: Callable[[], bool] | None = None,
-                climb_options: dict | None = None) -> Solution:
+                climb_options: dict | None = None, give_up_unfit: bool = False) -> Solution:
     """`found` improved by climbs with `budget` more evaluations; never worse than `found`.
 
     Without `fresh_climbs` one climb from `found` spends it all. Otherwise climbs race by
@@ -53,7 +53,15 @@ def race_climbs(problem: Problem, found: Solution, budget: int, seed: int, *,
     turn ends by its share of the time left once the climbs are built (their heuristic starts
     take time of their own) too. The answer counts every evaluation; `extra` keeps
     `found`'s and adds the climbs' (keys named `polish_*`, as records store them).
-    `climb_options` go to every `Climb` (a move ranker: `rank_moves`, `draw`)."""
+    `climb_options` go to every `Climb` (a move ranker: `rank_moves`, `draw`).
+
+    With `give_up_unfit` (a step-time problem under memory limits) the race stops after its
+    first round when none of the climbs going on has found a placement within the limits, and
+    leaves the rest of `budget` unspent (`extra["race_gave_up"]`) for `finish_fitting`. Why: a
+    climb on the step time stretched by the overflow gives up overflow only slowly, and on
+    graphs of 10,000 ops at 4 devices a fit from the race's misfit takes 1,800-5,400
+    peak-memory evaluations, more than the fit reserve holds (experiments/large_steps.py).
+    Where a climb fits after the first round the race runs as without it."""
     fresh_climbs, race = check_race(fresh_climbs, race)
     climb_options = dict(climb_options or {})
     start = time.perf_counter()
@@ -100,7 +108,7 @@ def race_climbs(problem: Problem, found: Solution, budget: int, seed: int, *,
                             known=known, **climb_options))
     raced_from = time.perf_counter()
     alive = list(range(len(climbs)))
-    allotted, before = 0.0, 0.0
+    allotted, before, gave_up = 0.0, 0.0, False
     for share in race if len(climbs) > 1 else ():
         target = max(1, int(budget * share))   # floors: the rounds never overspend
         for rank, i in enumerate(alive):     # each climb's turn ends by its share of the time
@@ -108,9 +116,14 @@ def race_climbs(problem: Problem, found: Solution, budget: int, seed: int, *,
                           stop_at(allotted + (rank + 1) * (share - before)))
         allotted, before = allotted + len(alive) * (share - before), share
         alive = sorted(alive, key=lambda i: (climbs[i].best_key, i))[:(len(alive) + 1) // 2]
+        if give_up_unfit and before == race[0] \
+                and not any(climbs[i].solution().feasible for i in alive):
+            gave_up = True
+            break
     leader = min(alive, key=lambda i: (climbs[i].best_key, i))
-    climbs[leader].run(budget - (used_by_all() - int(climbs[leader].used)),
-                       reporting(climbs[leader]), should_stop)
+    if not gave_up:
+        climbs[leader].run(budget - (used_by_all() - int(climbs[leader].used)),
+                           reporting(climbs[leader]), should_stop)
     used = used_by_all()
     best = min(range(len(climbs)), key=lambda i: (climbs[i].best_key, i))
     answer = climbs[best].solution()
@@ -122,7 +135,8 @@ def race_climbs(problem: Problem, found: Solution, budget: int, seed: int, *,
                  lineage_values=[climb.value for climb in climbs],
                  lineage_evaluations=[int(climb.used) for climb in climbs],
                  lineage_steps=[int(climb.steps) for climb in climbs],
-                 polish_winner="climb" if best == 0 else f"fresh-{best}")
+                 polish_winner="climb" if best == 0 else f"fresh-{best}",
+                 **({"race_gave_up": True} if gave_up else {}))
     return dataclasses.replace(better, evaluations=spent + used, method=found.method,
                                seed=seed, extra=extra)
 
@@ -130,6 +144,9 @@ def race_climbs(problem: Problem, found: Solution, budget: int, seed: int, *,
 # the share of the climbs' budget (and time) kept back, under a step-time objective with
 # memory limits, for `finish_fitting`
 FIT_RESERVE = 0.2
+# `fit_first`'s climb from the race's answer hands over to one afresh when its best has not
+# improved in this share of the fit's budget
+FIT_STALL = 0.25
 
 
 def _limits_rank_steps(problem: Problem) -> bool:
@@ -156,7 +173,7 @@ def finish_fitting(problem: Problem, found: Solution, budget: int, seed: int, *,
     memory limits: when the race's answer `found` is over the limits, `fit_first` climbs it to
     a fit on peak memory; then one climb on the step from the better of the two (seed + 99,
     no heuristic starts). Never worse than `found`; counts every evaluation; `progress` as
-    in `race_climbs`.
+    in `race_climbs`; `climb_options` (a move ranker) go to the climbs on peak memory too.
 
     Why a reserve after the race rather than a fit before it: a lineage that fits ranks ahead
     of every one that does not, so a fit raced from the start eliminates the climbs that would
@@ -166,7 +183,7 @@ def finish_fitting(problem: Problem, found: Solution, budget: int, seed: int, *,
     end = None if time_left is None else start + float(time_left)
     budget = int(budget)
     fitted = fit_first(problem, found, budget, seed, time_left=time_left,
-                       should_stop=should_stop)
+                       should_stop=should_stop, climb_options=climb_options)
     used = int(fitted.evaluations) - int(found.evaluations)
     if progress is not None:
         progress(int(fitted.evaluations), float(fitted.value))
@@ -189,13 +206,17 @@ def finish_fitting(problem: Problem, found: Solution, budget: int, seed: int, *,
 
 def fit_first(problem: Problem, found: Solution, budget: int, seed: int, *,
               time_left: float | None = None,
-              should_stop: Callable[[], bool] | None = None) -> Solution:
+              should_stop: Callable[[], bool] | None = None,
+              climb_options: dict | None = None) -> Solution:
     """`found` if it fits or memory limits do not rank the problem's running time; else climbs
     that minimise peak memory under the same limits, each stopped at its first placement that
-    fits: one from `found` and the heuristic starts on half of `budget` and of `time_left`,
-    then, if it found no fit, one afresh from the heuristic starts only (seed + 1) on what is
-    left. The answer is the best of them under the problem's own objective, re-scored there,
-    counting every evaluation.
+    fits: one from `found` and the heuristic starts, until it fits or its best has not
+    improved in `FIT_STALL` of `budget`, then, if it found no fit, one afresh from the
+    heuristic starts only (seed + 1) on what is left of `budget` and `time_left`. The answer
+    is the best of them under the problem's own objective, re-scored there, counting every
+    evaluation. `climb_options` go to both climbs (`regal`'s move ranker, whose peak-memory
+    weights then steer them: on 10,000-op training steps at 4 devices plain climbs need
+    3,900-5,400 evaluations to fit, more than a 5,000-evaluation run has left).
 
     Why: under a step-time objective a misfit is ranked by its step time stretched by its
     overflow (SIM_RULES 11), so a climb may trade a little overflow for a shorter step and
@@ -205,7 +226,8 @@ def fit_first(problem: Problem, found: Solution, budget: int, seed: int, *,
     misfit (`finish_fitting`). The second climb because the race's misfit can sit where peak
     memory too is at a local optimum above the limit, while the heuristics' basin fits
     (a 53-op graph at 4 devices: 1,800 evaluations from the misfit stayed over the limit, 450
-    from the heuristic starts fitted)."""
+    from the heuristic starts fitted); the first goes on while it improves because on large
+    graphs a fit is many small steps away (a fixed half of the budget stopped it short)."""
     from regal.sim import ranking_limits
 
     limits = ranking_limits(problem.graph, problem.devices, problem.objective)
@@ -218,28 +240,36 @@ def fit_first(problem: Problem, found: Solution, budget: int, seed: int, *,
     peak_problem = dataclasses.replace(problem, objective="peak_memory")
     budget = int(budget)
 
+    options = dict(climb_options or {})
+    stall = max(16, int(FIT_STALL * budget))
+
     def from_found():
-        share = budget // 2
-        return (Climb(peak_problem, share, seed, initial=[found], should_stop=should_stop),
-                share, None if end is None else start + float(time_left) / 2.0)
+        return Climb(peak_problem, budget, seed, initial=[found], should_stop=should_stop,
+                     **options), stall
 
     def afresh():       # built only when the first found no fit: its starts cost time
-        share = budget - used
-        return Climb(peak_problem, share, seed + 1, should_stop=should_stop), share, end
+        return Climb(peak_problem, budget - used, seed + 1, should_stop=should_stop,
+                     **options), None
 
     results, used = [found], 0
     for make in (from_found, afresh):
         if budget - used < 8 or (should_stop is not None and should_stop()) \
                 or (end is not None and time.perf_counter() >= end):
             break
-        climb, share, turn_end = make()
+        climb, patience = make()
+        improved = [climb.value, int(climb.used)]     # the best so far and when it was found
 
-        def stop(climb=climb, turn_end=turn_end) -> bool:
+        def note(evaluations: int, best: float, improved=improved) -> None:
+            if best < improved[0]:
+                improved[:] = [best, evaluations]
+
+        def stop(climb=climb, patience=patience, improved=improved) -> bool:
             return climb.value <= largest or (should_stop is not None and should_stop()) \
-                or (turn_end is not None and time.perf_counter() >= turn_end)
+                or (end is not None and time.perf_counter() >= end) \
+                or (patience is not None and int(climb.used) - improved[1] >= patience)
 
         if not stop():
-            climb.run(share, None, stop)
+            climb.run(budget - used, note, stop)
         used += int(climb.used)
         placement, priority, transfer = decode(climb.best, problem.graph, problem.devices)
         results.append(Solution(**score(problem, placement, priority, transfer),
@@ -305,7 +335,7 @@ def run_pipeline(problem: Problem, budget: int, seed: int, params: dict, *,
         found = race_climbs(problem, found, left - reserve, seed,
                             fresh_climbs=schedule.fresh_climbs, race=schedule.race,
                             time_left=race_time, progress=progress, should_stop=race_stop,
-                            climb_options=climb_options)
+                            climb_options=climb_options, give_up_unfit=bool(reserve))
         if reserve and not (last_stop is not None and last_stop()):
             time_left = None if time_limit is None \
                 else started + time_limit - time.perf_counter()
