@@ -393,12 +393,9 @@ def test_a_fresh_peak_climb_fits_where_the_climb_from_the_misfit_cannot():
     assert fitted.feasible and max(fitted.peak) <= 466
     assert fitted.evaluations == raced.evaluations + fitted.extra["fit_first_evaluations"] <= \
         raced.evaluations + 900
-    original = pipeline.FIT_STALL
-    try:
-        pipeline.FIT_STALL = 1.0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline, "FIT_STALL", 1.0)
         held = fit_first(problem, raced, 900, 1)
-    finally:
-        pipeline.FIT_STALL = original
     assert held.extra["fit_first_climbs"] == 1 and not held.feasible
 
 
@@ -407,11 +404,12 @@ class _ScriptedClimb:
     lower by one each step when `improving`; records its seed and how far it ran."""
 
     improving = True
-    ran: list = []
+    ran: list = []      # (seed, evaluations) of each climb run: set per test
+    keys = None         # the chromosome every climb's best decodes to: set per test
 
     def __init__(self, problem, budget, seed, *, initial=None, should_stop=None, **options):
         self.seed, self.used, self.value = seed, 0, 10.0 ** 9
-        self.best = np.asarray(problem_keys[0])
+        self.best = np.asarray(self.keys)
 
     def run(self, budget, progress=None, should_stop=None):
         while self.used < budget and not (should_stop is not None and should_stop()):
@@ -423,9 +421,6 @@ class _ScriptedClimb:
         return self
 
 
-problem_keys: list = []
-
-
 @pytest.mark.parametrize("improving", [True, False])
 def test_the_climb_from_the_misfit_keeps_the_budget_while_it_improves(monkeypatch, improving):
     """`fit_first`'s rule, with scripted climbs that never fit: the first runs on while its
@@ -435,11 +430,11 @@ def test_the_climb_from_the_misfit_keeps_the_budget_while_it_improves(monkeypatc
     import regal.search.pipeline as pipeline
     from regal.optimizers import Solution, score
 
-    problem, limit = _tight_problem()
+    problem, _ = _tight_problem()
     n = problem.graph.num_nodes
     on_one = Solution(**score(problem, np.zeros(n, np.int32), np.arange(n, dtype=np.float64),
                               np.arange(n, dtype=np.float64)), evaluations=7, seed=3)
-    problem_keys[:] = [on_one.keys()]
+    monkeypatch.setattr(_ScriptedClimb, "keys", on_one.keys())
     monkeypatch.setattr(_ScriptedClimb, "improving", improving)
     monkeypatch.setattr(_ScriptedClimb, "ran", [])
     monkeypatch.setattr(pipeline, "Climb", _ScriptedClimb)
@@ -455,11 +450,15 @@ def test_the_climb_from_the_misfit_keeps_the_budget_while_it_improves(monkeypatc
 def test_the_race_gives_up_after_its_first_round_when_nothing_fits():
     """Seed 1 of graph 38: no raced climb fits after the first round, so the race stops there
     and leaves the rest for `finish_fitting`: three climbs of 270 evaluations (7.5% of
-    3,600) at most."""
-    _, start, raced = _graph_38_race(1, give_up_unfit=True)
+    3,600) at most. A single climb never gives up."""
+    problem, start, raced = _graph_38_race(1, give_up_unfit=True)
     assert raced.extra["race_gave_up"] and not raced.feasible
     assert raced.extra["polish_evaluations"] <= 3 * 270
     assert raced.evaluations == start.evaluations + raced.extra["polish_evaluations"]
+    # one climb (no fresh ones) is no race: it spends the budget and never gives up
+    alone = race_climbs(problem, start, 600, 1, give_up_unfit=True)
+    assert "race_gave_up" not in alone.extra
+    assert alone.extra["polish_evaluations"] == 600
 
 
 @pytest.mark.parametrize("seed, limit", [(2, 466), (1, 10**9)])
@@ -490,6 +489,7 @@ def test_regal_fits_with_its_ranker_where_the_race_gave_up():
     problem = Problem(graph_at(recipe_named("test"), 38), DeviceSpec(4, 466), "makespan")
     for options in ({"move_ranker": "none"}, {}):
         found = solve("regal", problem, 5000, 1, **options)
+        assert found.extra["race_gave_up"] and found.extra["fit_first_fits"]
         assert found.evaluations <= 5000
         assert found.feasible and max(found.peak) <= 466
 

@@ -61,7 +61,8 @@ def race_climbs(problem: Problem, found: Solution, budget: int, seed: int, *,
     climb on the step time stretched by the overflow gives up overflow only slowly, and on
     graphs of 10,000 ops at 4 devices a fit from the race's misfit takes 1,800-5,400
     peak-memory evaluations, more than the fit reserve holds (experiments/large_steps.py).
-    Where a climb fits after the first round the race runs as without it."""
+    Where a climb fits after the first round the race runs as without it, and so does a race
+    of one climb (no fresh climbs, or no rounds)."""
     fresh_climbs, race = check_race(fresh_climbs, race)
     climb_options = dict(climb_options or {})
     start = time.perf_counter()
@@ -109,19 +110,19 @@ def race_climbs(problem: Problem, found: Solution, budget: int, seed: int, *,
     raced_from = time.perf_counter()
     alive = list(range(len(climbs)))
     allotted, before, gave_up = 0.0, 0.0, False
-    for share in race if len(climbs) > 1 else ():
+    for round_, share in enumerate(race if len(climbs) > 1 else ()):
         target = max(1, int(budget * share))   # floors: the rounds never overspend
         for rank, i in enumerate(alive):     # each climb's turn ends by its share of the time
             climbs[i].run(target, reporting(climbs[i]),
                           stop_at(allotted + (rank + 1) * (share - before)))
         allotted, before = allotted + len(alive) * (share - before), share
         alive = sorted(alive, key=lambda i: (climbs[i].best_key, i))[:(len(alive) + 1) // 2]
-        if give_up_unfit and before == race[0] \
+        if give_up_unfit and round_ == 0 \
                 and not any(climbs[i].solution().feasible for i in alive):
             gave_up = True
             break
-    leader = min(alive, key=lambda i: (climbs[i].best_key, i))
     if not gave_up:
+        leader = min(alive, key=lambda i: (climbs[i].best_key, i))
         climbs[leader].run(budget - (used_by_all() - int(climbs[leader].used)),
                            reporting(climbs[leader]), should_stop)
     used = used_by_all()
@@ -210,13 +211,14 @@ def fit_first(problem: Problem, found: Solution, budget: int, seed: int, *,
               climb_options: dict | None = None) -> Solution:
     """`found` if it fits or memory limits do not rank the problem's running time; else climbs
     that minimise peak memory under the same limits, each stopped at its first placement that
-    fits: one from `found` and the heuristic starts, until it fits or its best has not
-    improved in `FIT_STALL` of `budget`, then, if it found no fit, one afresh from the
+    fits: one from `found` and the heuristic starts, until it fits or its best peak (as each
+    evaluated batch reports it) has not improved in `FIT_STALL` of `budget` (at least 16
+    evaluations), then, if it found no fit, one afresh from the
     heuristic starts only (seed + 1) on what is left of `budget` and `time_left`. The answer
     is the best of them under the problem's own objective, re-scored there, counting every
     evaluation. `climb_options` go to both climbs (`regal`'s move ranker, whose peak-memory
     weights then steer them: on 10,000-op training steps at 4 devices plain climbs need
-    3,900-5,400 evaluations to fit, more than a 5,000-evaluation run has left).
+    1,700-5,400 evaluations to fit, often more than a 5,000-evaluation run has left).
 
     Why: under a step-time objective a misfit is ranked by its step time stretched by its
     overflow (SIM_RULES 11), so a climb may trade a little overflow for a shorter step and
