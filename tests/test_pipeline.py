@@ -447,6 +447,28 @@ def test_the_climb_from_the_misfit_keeps_the_budget_while_it_improves(monkeypatc
     assert found.extra["fit_first_evaluations"] == 400 and not found.extra["fit_first_fits"]
 
 
+def test_fit_first_reports_its_progress_after_each_batch(monkeypatch):
+    """A progress bar keeps moving through the fit: every evaluation so far (the start's 7
+    included), rising to the whole budget, with the start's value as the best."""
+    import regal.search.pipeline as pipeline
+    from regal.optimizers import Solution, score
+
+    problem, _ = _tight_problem()
+    n = problem.graph.num_nodes
+    on_one = Solution(**score(problem, np.zeros(n, np.int32), np.arange(n, dtype=np.float64),
+                              np.arange(n, dtype=np.float64)), evaluations=7, seed=3)
+    monkeypatch.setattr(_ScriptedClimb, "keys", on_one.keys())
+    monkeypatch.setattr(_ScriptedClimb, "improving", False)
+    monkeypatch.setattr(_ScriptedClimb, "ran", [])
+    monkeypatch.setattr(pipeline, "Climb", _ScriptedClimb)
+    reported = []
+    pipeline.fit_first(problem, on_one, 400, 3, progress=lambda e, b: reported.append((e, b)))
+    evaluations = [e for e, _ in reported]
+    assert evaluations == sorted(evaluations) and evaluations[0] == 7 + 8
+    assert evaluations[-1] == 7 + 400 and len(evaluations) == 400 // 8
+    assert {b for _, b in reported} == {on_one.value}
+
+
 def test_the_race_gives_up_after_its_first_round_when_nothing_fits():
     """Seed 1 of graph 38: no raced climb fits after the first round, so the race stops there
     and leaves the rest for `finish_fitting`: three climbs of 270 evaluations (7.5% of

@@ -184,7 +184,7 @@ def finish_fitting(problem: Problem, found: Solution, budget: int, seed: int, *,
     end = None if time_left is None else start + float(time_left)
     budget = int(budget)
     fitted = fit_first(problem, found, budget, seed, time_left=time_left,
-                       should_stop=should_stop, climb_options=climb_options)
+                       should_stop=should_stop, climb_options=climb_options, progress=progress)
     used = int(fitted.evaluations) - int(found.evaluations)
     if progress is not None:
         progress(int(fitted.evaluations), float(fitted.value))
@@ -208,7 +208,8 @@ def finish_fitting(problem: Problem, found: Solution, budget: int, seed: int, *,
 def fit_first(problem: Problem, found: Solution, budget: int, seed: int, *,
               time_left: float | None = None,
               should_stop: Callable[[], bool] | None = None,
-              climb_options: dict | None = None) -> Solution:
+              climb_options: dict | None = None,
+              progress: Callable[[int, float], None] | None = None) -> Solution:
     """`found` if it fits or memory limits do not rank the problem's running time; else climbs
     that minimise peak memory under the same limits, each stopped at its first placement that
     fits: one from `found` and the heuristic starts, until it fits or its best peak (as each
@@ -219,6 +220,8 @@ def fit_first(problem: Problem, found: Solution, budget: int, seed: int, *,
     evaluation. `climb_options` go to both climbs (`regal`'s move ranker, whose peak-memory
     weights then steer them: on 10,000-op training steps at 4 devices plain climbs need
     1,700-5,400 evaluations to fit, often more than a 5,000-evaluation run has left).
+    `progress(evaluations, best)` after each batch: every evaluation so far (`found`'s
+    included) and `found`'s value, the best under the problem's objective until the end.
 
     Why: under a step-time objective a misfit is ranked by its step time stretched by its
     overflow (SIM_RULES 11), so a climb may trade a little overflow for a shorter step and
@@ -264,6 +267,8 @@ def fit_first(problem: Problem, found: Solution, budget: int, seed: int, *,
         def note(evaluations: int, best: float, improved=improved) -> None:
             if best < improved[0]:
                 improved[:] = [best, evaluations]
+            if progress is not None:
+                progress(int(found.evaluations) + used + evaluations, float(found.value))
 
         def stop(climb=climb, patience=patience, improved=improved) -> bool:
             return climb.value <= largest or (should_stop is not None and should_stop()) \
