@@ -305,6 +305,12 @@ def cmd_optimize(args) -> int:
         bound = lower_bound(graph, devices, extra=extra)
         # a valid lower bound certifies the answer: the optimum lies between the two
         print(_certified(solution.value, bound.value, bound.source))
+    elif solution.feasible:      # a step over a limit is no step: nothing to certify
+        from regal.bounds_time import RELATIVE_SLACK, step_time_bound
+        from regal.units import format_duration_us
+        bound = step_time_bound(graph, devices)
+        print(_certified(solution.makespan, bound.value, bound.source, format_duration_us,
+                         tolerance=2 * RELATIVE_SLACK))
     for path in written:
         print(f"wrote {path}")
     return 0 if solution.feasible else EXIT_INFEASIBLE
@@ -555,19 +561,21 @@ def cmd_best_known(args) -> int:
     return 0
 
 
-def _certified(value: float, bound, source: str | None = None) -> str:
+def _certified(value: float, bound, source: str | None = None, unit=None,
+               tolerance: float = 0.0) -> str:
     """'certified: at most 2.10% above the optimum (lower bound 1.00 MiB, argument op_start)'
     or 'certified: proven optimal (...)', the line `regal optimize` prints, for a value and a
-    valid lower bound in bytes; '' without a bound."""
+    valid lower bound in bytes (or in what `unit` formats: a step time, whose float bound sits
+    a relative `tolerance` below its exact value); '' without a bound."""
     if bound is None:
         return ""
     from regal.bounds import gap_to_bound
     from regal.units import format_bytes
     gap = gap_to_bound(value, bound)
-    return ("certified: proven optimal" if gap == 0 else
+    return ("certified: proven optimal" if gap <= tolerance else
             f"certified: at most {100 * gap:.2f}% above the optimum") + \
-        f" (lower bound {format_bytes(bound)}" + ("" if source is None else
-                                                 f", argument {source}") + ")"
+        f" (lower bound {(unit or format_bytes)(bound)}" + ("" if source is None else
+                                                          f", argument {source}") + ")"
 
 
 def _best_known_bounds(args) -> int:
