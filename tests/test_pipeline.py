@@ -421,12 +421,9 @@ class _ScriptedClimb:
         return self
 
 
-@pytest.mark.parametrize("improving", [True, False])
-def test_the_climb_from_the_misfit_keeps_the_budget_while_it_improves(monkeypatch, improving):
-    """`fit_first`'s rule, with scripted climbs that never fit: the first runs on while its
-    best improves (the whole budget of 400, where it once stopped at half) and, when its
-    best stands still for `FIT_STALL` of the budget (100 evaluations), hands the rest to a
-    climb afresh (seed + 1)."""
+def _scripted_fit(monkeypatch, improving: bool):
+    """(`fit_first` of the tight problem with `_ScriptedClimb` for `Climb`, its start): the
+    start every op on device 0 (over the limit, 7 evaluations spent), a budget of 400."""
     import regal.search.pipeline as pipeline
     from regal.optimizers import Solution, score
 
@@ -438,7 +435,17 @@ def test_the_climb_from_the_misfit_keeps_the_budget_while_it_improves(monkeypatc
     monkeypatch.setattr(_ScriptedClimb, "improving", improving)
     monkeypatch.setattr(_ScriptedClimb, "ran", [])
     monkeypatch.setattr(pipeline, "Climb", _ScriptedClimb)
-    found = pipeline.fit_first(problem, on_one, 400, 3)
+    return (lambda **options: pipeline.fit_first(problem, on_one, 400, 3, **options)), on_one
+
+
+@pytest.mark.parametrize("improving", [True, False])
+def test_the_climb_from_the_misfit_keeps_the_budget_while_it_improves(monkeypatch, improving):
+    """`fit_first`'s rule, with scripted climbs that never fit: the first runs on while its
+    best improves (the whole budget of 400, where it once stopped at half) and, when its
+    best stands still for `FIT_STALL` of the budget (100 evaluations), hands the rest to a
+    climb afresh (seed + 1)."""
+    fit, _ = _scripted_fit(monkeypatch, improving)
+    found = fit()
     if improving:
         assert _ScriptedClimb.ran == [(3, 400)] and found.extra["fit_first_climbs"] == 1
     else:
@@ -450,19 +457,9 @@ def test_the_climb_from_the_misfit_keeps_the_budget_while_it_improves(monkeypatc
 def test_fit_first_reports_its_progress_after_each_batch(monkeypatch):
     """A progress bar keeps moving through the fit: every evaluation so far (the start's 7
     included), rising to the whole budget, with the start's value as the best."""
-    import regal.search.pipeline as pipeline
-    from regal.optimizers import Solution, score
-
-    problem, _ = _tight_problem()
-    n = problem.graph.num_nodes
-    on_one = Solution(**score(problem, np.zeros(n, np.int32), np.arange(n, dtype=np.float64),
-                              np.arange(n, dtype=np.float64)), evaluations=7, seed=3)
-    monkeypatch.setattr(_ScriptedClimb, "keys", on_one.keys())
-    monkeypatch.setattr(_ScriptedClimb, "improving", False)
-    monkeypatch.setattr(_ScriptedClimb, "ran", [])
-    monkeypatch.setattr(pipeline, "Climb", _ScriptedClimb)
+    fit, on_one = _scripted_fit(monkeypatch, False)
     reported = []
-    pipeline.fit_first(problem, on_one, 400, 3, progress=lambda e, b: reported.append((e, b)))
+    fit(progress=lambda e, b: reported.append((e, b)))
     evaluations = [e for e, _ in reported]
     assert evaluations == sorted(evaluations) and evaluations[0] == 7 + 8
     assert evaluations[-1] == 7 + 400 and len(evaluations) == 400 // 8
