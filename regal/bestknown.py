@@ -24,9 +24,10 @@ Time is CPU time of the process doing the search (`time.process_time`, every thr
 not wall time: on a shared, loaded machine a wall-clock budget would buy less search, and the
 store's effort figures would not mean the same from one run to the next.
 
-Lower bounds (peak memory): a build stores beside each entry it writes a valid lower bound on
-the key's optimum (`store_bound`: `regal.bounds.lower_bound` with `_BOUND_SECONDS`, and
-CP-SAT's proven bound where the portfolio ran it), once per key, outside the portfolio's
+Lower bounds: a build stores beside each entry it writes a valid lower bound on the key's
+optimum (`store_bound`: for peak memory `regal.bounds.lower_bound` with `_BOUND_SECONDS`, and
+CP-SAT's proven bound where the portfolio ran it; for the step time
+`regal.bounds_time.step_time_bound`), once per key, outside the portfolio's
 effort; `add_bounds` adds them to the entries of a store built before bounds were stored.
 """
 
@@ -212,10 +213,15 @@ def improve(problem, seconds: float, seed: int = 0, incumbent=None, *,
 # lower bounds beside the values
 
 
-def store_bound(graph, devices: int, extra=None, time_limit: float | None = _BOUND_SECONDS):
-    """The `regal.bounds.Bound` a store keeps for (graph, devices) under peak memory: the
-    lower bound `regal optimize` certifies with (`regal.bounds.lower_bound`, `extra` proven
-    bounds by name), with `time_limit` seconds for its min-cut argument."""
+def store_bound(graph, devices: int, extra=None, time_limit: float | None = _BOUND_SECONDS,
+                objective: str = "peak_memory"):
+    """The bound a store keeps for (graph, devices): the lower bound `regal optimize`
+    certifies with. Peak memory: a `regal.bounds.Bound` (`regal.bounds.lower_bound`, `extra`
+    proven bounds by name, `time_limit` seconds for its min-cut argument). Step time: a
+    `regal.bounds_time.StepBound`, valid under every memory limit of the key."""
+    if objective != "peak_memory":
+        from regal.bounds_time import step_time_bound
+        return step_time_bound(graph, int(devices))
     from regal.bounds import lower_bound
     return lower_bound(graph, int(devices), extra=extra, time_limit=time_limit)
 
@@ -225,11 +231,10 @@ class BoundsSummary:
     keys: int = 0         # entries in the store
     bounded: int = 0      # given a bound, or a higher one, now
     unchanged: int = 0    # bounded before, and the new bound is no higher
-    no_graph: int = 0     # peak-memory entries whose graph was not among those given
-    not_peak: int = 0     # makespan entries: `regal.bounds` bounds peak memory only (None)
+    no_graph: int = 0     # entries whose graph was not among those given
     had_bound: int = 0    # of the given graphs' entries, bounded already (`missing_only`)
     seconds: float = 0.0  # wall seconds spent on the bounds
-    rows: list = field(default_factory=list)  # (graph, devices, value, bound, source)
+    rows: list = field(default_factory=list)  # (graph, devices, value, bound, source, objective)
 
 
 def _graphs_of(graphs: Iterable):
@@ -250,23 +255,21 @@ def _graphs_of(graphs: Iterable):
 def add_bounds(store_path, graphs: Iterable, *, devices: Iterable[int] | None = None,
                time_limit: float | None = _BOUND_SECONDS, missing_only: bool = True,
                compact: bool = False) -> BoundsSummary:
-    """Adds a lower bound (`store_bound`) to the peak-memory entries of a store whose graph
-    is among `graphs` (files, folders, ComputationGraphs or (name, graph) pairs, e.g.
-    regenerated from their recipes: entries are matched by fingerprint), at `devices` (None:
-    every count). One bound per (graph, devices) serves every memory limit. `missing_only`:
-    entries that have a bound keep it without a new computation (else the higher of the two
-    is kept). `compact`: the store rewritten afterwards (`Store.compact`), bounds folded into
-    the solution lines. Makespan entries keep None (`BoundsSummary.not_peak`)."""
+    """Adds a lower bound (`store_bound`, for the entry's objective) to the entries of a
+    store whose graph is among `graphs` (files, folders, ComputationGraphs or (name, graph)
+    pairs, e.g. regenerated from their recipes: entries are matched by fingerprint), at
+    `devices` (None: every count). One bound per (graph, devices, objective) serves every
+    memory limit. `missing_only`: entries that have a bound keep it without a new
+    computation (else the higher of the two is kept). `compact`: the store rewritten
+    afterwards (`Store.compact`), bounds folded into the solution lines."""
     store = Store(store_path, write=True)
     summary = BoundsSummary(keys=len(store))
     wanted = None if devices is None else {int(d) for d in devices}
     began = time.perf_counter()
     try:
-        todo: dict[str, list] = {}   # fingerprint -> its peak-memory keys
+        todo: dict[str, list] = {}   # fingerprint -> its keys
         for key, entry in store.best.items():
-            if entry.objective != "peak_memory":
-                summary.not_peak += 1
-            elif wanted is None or entry.devices in wanted:
+            if wanted is None or entry.devices in wanted:
                 todo.setdefault(key[0], []).append(key)
         for name, graph in _graphs_of(graphs):
             keys = todo.pop(graph.fingerprint(), None)
@@ -274,11 +277,13 @@ def add_bounds(store_path, graphs: Iterable, *, devices: Iterable[int] | None = 
                 continue
             if missing_only:
                 summary.had_bound += sum(store.best[k].bound is not None for k in keys)
-            for d in sorted({key[1] for key in keys}):
-                owed = [k for k in keys if k[1] == d
-                        and not (missing_only and store.best[k].bound is not None)]
-                bound = store_bound(graph, d, time_limit=time_limit) if owed else None
-                for key in (k for k in keys if k[1] == d):
+            for d, objective in sorted({(key[1], key[3]) for key in keys}):
+                mine = [k for k in keys if (k[1], k[3]) == (d, objective)]
+                owed = [k for k in mine
+                        if not (missing_only and store.best[k].bound is not None)]
+                bound = store_bound(graph, d, time_limit=time_limit, objective=objective) \
+                    if owed else None
+                for key in mine:
                     if key in owed:
                         if store.offer_bound(key, bound):
                             summary.bounded += 1
@@ -286,7 +291,7 @@ def add_bounds(store_path, graphs: Iterable, *, devices: Iterable[int] | None = 
                             summary.unchanged += 1
                     entry = store.best[key]
                     summary.rows.append((entry.graph or name, d, entry.value, entry.bound,
-                                         entry.bound_source))
+                                         entry.bound_source, objective))
         summary.no_graph = sum(len(keys) for keys in todo.values())
         summary.seconds = time.perf_counter() - began
         if compact:
@@ -329,9 +334,8 @@ def _run_job(job: _Job, entry: Entry | None) -> dict:
     result = improve(problem, job.seconds, job.seed, incumbent, spent_before=job.spent_before,
                      evaluations_before=0 if entry is None else entry.evaluations)
     bound = None  # once per key (and again where CP-SAT proved one), outside the effort
-    if job.objective == "peak_memory" and (entry is None or entry.bound is None
-                                           or result["bounds"]):
-        bound = store_bound(graph, job.devices, extra=result["bounds"])
+    if entry is None or entry.bound is None or result["bounds"]:
+        bound = store_bound(graph, job.devices, extra=result["bounds"], objective=job.objective)
     new = None
     if result["improved"]:
         new = Entry.from_solution(problem, result["solution"], graph=job.name,

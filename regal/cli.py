@@ -551,7 +551,7 @@ def cmd_best_known(args) -> int:
             continue
         change = "new" if before is None else \
             ("unchanged" if after >= before else f"{(before - after) / before:+.2%} better")
-        certified = _certified(after, bound)
+        certified = _certified(after, bound, unit=unit)
         print(f"  {graph} d={d}: {unit(after)} ({change})"
               + (f"; {certified}" if certified else ""))
     print(f"{summary.keys} graph x device entries: {summary.skipped} already had the time, "
@@ -581,19 +581,20 @@ def _certified(value: float, bound, source: str | None = None, unit=None,
 def _best_known_bounds(args) -> int:
     """`regal best-known --bounds-only`: lower bounds added to a store's entries."""
     from regal.bestknown import add_bounds
-    from regal.units import format_bytes
+    from regal.units import format_bytes, format_duration_us
 
     if not os.path.isfile(args.out):
         raise ValueError(f"--out {args.out}: no such store (--bounds-only adds to one)")
     summary = add_bounds(args.out, args.graphs, devices=args.devices,
                          missing_only=not args.again,
                          **({} if args.bound_time is None else {"time_limit": args.bound_time}))
-    for graph, d, value, bound, source in summary.rows:
-        print(f"  {graph} d={d}: {format_bytes(value)}; {_certified(value, bound, source)}")
+    for graph, d, value, bound, source, objective in summary.rows:
+        unit = format_bytes if objective == "peak_memory" else format_duration_us
+        print(f"  {graph} d={d} ({objective.replace('_', ' ')}): {unit(value)}; "
+              f"{_certified(value, bound, source, unit)}")
     print(f"{summary.keys} entries: {summary.bounded} bounded now, {summary.unchanged} "
           f"unchanged, {summary.had_bound} had a bound, {summary.no_graph} without their "
-          f"graph here, {summary.not_peak} makespan (no bound) in {summary.seconds:.0f} s; "
-          f"store {args.out}")
+          f"graph here, in {summary.seconds:.0f} s; store {args.out}")
     return 0
 
 

@@ -493,7 +493,8 @@ def test_built_bounds_never_exceed_the_value_nor_the_exhaustive_optimum(tmp_path
 
 def test_a_cpsat_bound_from_the_portfolio_is_kept(tmp_path, monkeypatch):
     """A proven bound the portfolio returns (CP-SAT's, under `bounds`) joins regal.bounds'
-    (the larger is stored, named by its argument); a makespan build stores none."""
+    (the larger is stored, named by its argument); a makespan build stores the step-time
+    bound (`regal.bounds_time`), below its entry's step."""
     from regal import bestknown
     from test_exact import exhaustive_optimum
 
@@ -518,13 +519,14 @@ def test_a_cpsat_bound_from_the_portfolio_is_kept(tmp_path, monkeypatch):
     build_store([tmp_path], makespan, devices=[d], objective="makespan", time_per_graph=1.0,
                 workers=1, progress=False)
     (entry,) = load_store(makespan)[0].values()
-    assert entry.bound is None and '"kind": "bound"' not in makespan.read_text()
+    step = bestknown.store_bound(graph, d, objective="makespan")
+    assert entry.bound == step.value <= entry.value and entry.bound_source == step.source
 
 
 def test_add_bounds_to_a_store_built_without_them(tmp_path):
-    """The backfill: bounds added to the peak-memory entries whose graph is given (files or
-    graphs regenerated in memory, matched by fingerprint), the others counted; a rerun adds
-    nothing; the CLI prints each certified gap."""
+    """The backfill: bounds added to the entries whose graph is given (files or graphs
+    regenerated in memory, matched by fingerprint; a makespan entry its step-time bound), the
+    others counted; a rerun adds nothing; the CLI prints each certified gap."""
     from regal.bestknown import add_bounds, store_bound
 
     g1, p1 = _graph_file(tmp_path, 81, 12, name="one")
@@ -543,23 +545,25 @@ def test_add_bounds_to_a_store_built_without_them(tmp_path):
         f.write(json.dumps(_line("elsewhere", 2, 10)) + "\n")
     assert all(e.bound is None for e in load_store(store)[0].values())
     summary = add_bounds(store, [g1, g2], time_limit=1.0)
-    assert (summary.keys, summary.bounded, summary.no_graph, summary.not_peak) == (4, 2, 1, 1)
+    assert (summary.keys, summary.bounded, summary.no_graph) == (4, 3, 1)
     after, _ = load_store(store)
     for d in (2, 3):
         entry = after[entry_key(g1.fingerprint(), d, None, "peak_memory")]
         assert entry.bound == store_bound(g1, d, time_limit=1.0).value <= entry.value
         assert entry.value == best[entry.key()].value
-    assert after[entry_key(g1.fingerprint(), 2, None, "makespan")].bound is None
+    step = after[entry_key(g1.fingerprint(), 2, None, "makespan")]
+    assert step.bound == store_bound(g1, 2, objective="makespan").value <= step.value
     again = add_bounds(store, [tmp_path], compact=True)
-    assert (again.bounded, again.had_bound, again.no_graph) == (0, 2, 1)
+    assert (again.bounded, again.had_bound, again.no_graph) == (0, 3, 1)
     assert '"kind": "bound"' not in store.read_text()
     assert load_store(store)[0] == after
     run = subprocess.run([sys.executable, "-m", "regal.cli", "best-known", str(tmp_path),
                           "--devices", "2", "--bounds-only", "--out", str(store)],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert "0 bounded now" in run.stdout and "2 had a bound" not in run.stdout
-    assert "1 had a bound" in run.stdout   # --devices 2: the 3-device entry is left out
+    assert "0 bounded now" in run.stdout and "3 had a bound" not in run.stdout
+    assert "2 had a bound" in run.stdout   # --devices 2: the 3-device entry is left out
+    assert "(makespan)" in run.stdout and "certified: " in run.stdout
 
 
 def test_bounds_again_raise_a_stored_bound_and_keep_a_higher_one(tmp_path):
