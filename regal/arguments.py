@@ -489,14 +489,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(command="best_known")
 
-    p = sub.add_parser("bounds", help="a valid lower bound on the peak memory of graphs")
+    p = sub.add_parser("bounds", help="a valid lower bound on the peak memory (or the step "
+                       "time) of graphs")
     p.add_argument("graphs", nargs="+", metavar="GRAPH", help="graph files")
     p.add_argument("--devices", type=device_count, nargs="+", required=True, metavar="D")
-    p.add_argument("--bytes", action="store_true", help="print the bound in bytes only")
+    p.add_argument("--bytes", action="store_true",
+                   help="print the bound as a number only (bytes; µs for the step time)")
     p.add_argument("--time-limit", type=positive_float, default=None, metavar="SECONDS",
                    help="seconds per graph and device count for the min-cut argument "
                         "(start_cut) to try every op: a tighter bound for more time "
                         "(default: the cheap bound)")
+    p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory",
+                   help="makespan: the step time's bound (any memory limit; "
+                        "regal.bounds_time)")
     p.set_defaults(command="bounds")
 
     model_help = ("the model the solution's graph was imported from (as for `regal import`)")

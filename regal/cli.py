@@ -604,6 +604,8 @@ def cmd_bounds(args) -> int:
     from regal.sim import DeviceSpec
     from regal.units import format_bytes
 
+    if args.objective == "makespan":
+        return _step_time_bounds(args)
     for path in args.graphs:
         graph = load_graph(path)
         for d in args.devices:
@@ -614,6 +616,28 @@ def cmd_bounds(args) -> int:
                 print(f"{path} d={d}: {format_bound(bound)} [argument: {bound.source}]")
                 print("  every argument: " + ", ".join(
                     f"{name} {format_bytes(value)}" for name, value in bound.components.items()))
+    return 0
+
+
+def _step_time_bounds(args) -> int:
+    """`regal bounds --objective makespan`: each graph's step-time bound, its argument and
+    every argument's value."""
+    from regal.bounds_time import step_time_bound
+    from regal.io import load_graph
+    from regal.units import format_duration_us
+
+    for path in args.graphs:
+        graph = load_graph(path)
+        for d in args.devices:
+            bound = step_time_bound(graph, d)
+            if args.bytes:
+                print(f"{path} d={d}: {bound.value!r}")
+                continue
+            print(f"{path} d={d}: step time at least {format_duration_us(bound.value)} "
+                  f"[argument: {bound.source}]")
+            print("  every argument: " + ", ".join(
+                f"{name} {format_duration_us(value)}"
+                for name, value in bound.components.items()))
     return 0
 
 

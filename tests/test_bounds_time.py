@@ -140,3 +140,27 @@ def test_optimize_certifies_a_step_that_fits_and_not_one_over_a_limit(tmp_path, 
     assert main(["optimize", str(path), "--devices", "2", "--objective", "makespan",
                  "--budget", "200", "--memory-limit", "50", "--no-fit-search"]) == 3
     assert "certified" not in capsys.readouterr().out
+
+
+def test_the_bounds_command_prints_the_step_time_bound(tmp_path, capsys):
+    """`regal bounds --objective makespan`: the chain 1 -> 2 -> 3 at 2 devices, its argument
+    and every argument's value; `--bytes` the number alone (µs)."""
+    from regal.cli import main
+    from regal.io import save_graph
+
+    b = _builder([1, 2, 3])
+    for v in range(2):
+        b.add_output(v, 8)
+        b.add_input(v + 1, v, 0)
+    path = tmp_path / "chain.npz"
+    save_graph(b.build(), path)
+    assert main(["bounds", str(path), "--devices", "2", "--objective", "makespan"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and out[0].endswith("[argument: critical_path]")
+    assert "step time at least 6" in out[0]
+    assert all(f"{name} " in out[1] for name in ("critical_path", "work", "one_device"))
+    assert main(["bounds", str(path), "--devices", "2", "--objective", "makespan",
+                 "--bytes"]) == 0
+    from regal.io import load_graph
+    assert float(capsys.readouterr().out.rsplit(" ", 1)[1]) == \
+        step_time_bound(load_graph(path), 2).value
