@@ -46,6 +46,16 @@ def test_per_graph_limits_make_one_row_per_method():
     table = transfer.markdown([dict(r, label=r["method"], p_value=r["wilcoxon_p"])
                                for r in rows], "t")
     assert "makespan under a per-graph memory limit" in table and "feasible runs (%)" in table
+    # the store's step-time bounds (g1: 75, g2: 160): m1's gap to them, 20% and 37.5%
+    bounds = {entry_key("fp-g1", 2, [1000, 1000], "makespan"): 75.0,
+              entry_key("fp-g2", 2, [3000, 3000], "makespan"): 160.0}
+    bounded = {r["method"]: r for r in report.summarize(records, best_known=store,
+                                                        pool_limits=True, known_bounds=bounds)
+               if r["objective"] == "makespan"}
+    assert bounded["m1"]["gap_bound_pct"] == pytest.approx(100 * (0.20 + 0.375) / 2)
+    table = transfer.markdown([dict(r, label=r["method"], p_value=r["wilcoxon_p"])
+                               for r in bounded.values()], "t")
+    assert "| feasible runs (%) | gap to lower bound (%) |" in table and "| 28.75 |" in table
 
 
 def test_makespan_limit_is_a_share_above_the_best_known_peak(tmp_path):
