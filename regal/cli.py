@@ -572,7 +572,7 @@ def _certified(value: float, bound, source: str | None = None, unit=None,
     from regal.bounds import gap_to_bound
     from regal.units import format_bytes
     gap = gap_to_bound(value, bound)
-    return ("certified: proven optimal" if gap <= tolerance else
+    return ("certified: proven optimal" if 0 <= gap <= tolerance else
             f"certified: at most {100 * gap:.2f}% above the optimum") + \
         f" (lower bound {(unit or format_bytes)(bound)}" + ("" if source is None else
                                                           f", argument {source}") + ")"
@@ -599,45 +599,29 @@ def _best_known_bounds(args) -> int:
 
 
 def cmd_bounds(args) -> int:
+    """`regal bounds`: each graph's lower bound on the peak memory (`regal.bounds`), or with
+    `--objective makespan` on the step time (`regal.bounds_time`), its argument and every
+    argument's value."""
     from regal.bounds import format_bound, lower_bound
-    from regal.io import load_graph
-    from regal.sim import DeviceSpec
-    from regal.units import format_bytes
-
-    if args.objective == "makespan":
-        return _step_time_bounds(args)
-    for path in args.graphs:
-        graph = load_graph(path)
-        for d in args.devices:
-            bound = lower_bound(graph, DeviceSpec(d), time_limit=args.time_limit)
-            if args.bytes:
-                print(f"{path} d={d}: {bound.value}")
-            else:
-                print(f"{path} d={d}: {format_bound(bound)} [argument: {bound.source}]")
-                print("  every argument: " + ", ".join(
-                    f"{name} {format_bytes(value)}" for name, value in bound.components.items()))
-    return 0
-
-
-def _step_time_bounds(args) -> int:
-    """`regal bounds --objective makespan`: each graph's step-time bound, its argument and
-    every argument's value."""
     from regal.bounds_time import step_time_bound
     from regal.io import load_graph
-    from regal.units import format_duration_us
+    from regal.sim import DeviceSpec
+    from regal.units import format_bytes, format_duration_us
 
+    step = args.objective == "makespan"
+    unit = format_duration_us if step else format_bytes
     for path in args.graphs:
         graph = load_graph(path)
         for d in args.devices:
-            bound = step_time_bound(graph, d)
+            bound = step_time_bound(graph, d) if step else \
+                lower_bound(graph, DeviceSpec(d), time_limit=args.time_limit)
             if args.bytes:
-                print(f"{path} d={d}: {bound.value!r}")
+                print(f"{path} d={d}: {bound.value}")
                 continue
-            print(f"{path} d={d}: step time at least {format_duration_us(bound.value)} "
-                  f"[argument: {bound.source}]")
+            shown = f"step time at least {unit(bound.value)}" if step else format_bound(bound)
+            print(f"{path} d={d}: {shown} [argument: {bound.source}]")
             print("  every argument: " + ", ".join(
-                f"{name} {format_duration_us(value)}"
-                for name, value in bound.components.items()))
+                f"{name} {unit(value)}" for name, value in bound.components.items()))
     return 0
 
 
