@@ -451,3 +451,64 @@ def test_drawn_writes_give_the_keys_and_hash_alike_exactly_when_equal():
         for j in range(i):
             assert (hashes[i] == hashes[j]) == (rows[i] == rows[j])
     assert len(set(rows)) < len(rows)          # the case has repeats to tell apart
+
+
+def test_changes_lists_a_rows_changed_ops_in_id_order_scanned_or_sorted():
+    """`changes` lists the ops each row changes in ascending ids, with their device and key:
+    a row of many ops over few ids (a run-order window: its marks scanned), one of few ops
+    over the whole graph (sorted), a short one, against the writes applied in numpy."""
+    from regal.search.draw_kernel import ASSIGN, PRIORITY, changes
+
+    n, d = 2000, 3
+    rng = np.random.default_rng(5)
+    place0 = rng.integers(0, d, n)
+    prio0, tr0 = rng.random(n), rng.random(n)
+    rows = [rng.permutation(np.arange(300, 380)), rng.choice(n, 40, replace=False),
+            np.array([7, 3, 3, 1999])]
+    kinds, ops, values, row_ptr = [], [], [], [0]
+    for row in rows:
+        for i, v in enumerate(row):
+            if i % 5 == 1:
+                kinds.append(PRIORITY)
+                values.append(prio0[v] + 0.5)
+            else:               # every 5th op written back to its own device: unchanged
+                kinds.append(ASSIGN)
+                values.append(float(place0[v] if i % 5 == 0 else (place0[v] + 1) % d))
+            ops.append(v)
+        row_ptr.append(len(ops))
+    ptr, op, dev, prio, transfer, mark = changes(
+        n, np.array(row_ptr), np.array(kinds), np.array(ops), np.array(values), place0,
+        prio0, tr0, np.zeros(n, bool), np.full(n, -1), False, np.arange(n),
+        np.arange(n + 1), np.arange(n), np.zeros((5, n), np.int64), np.zeros((2, n)), 0)
+    assert mark == len(rows) and not transfer.any()
+    for r, row in enumerate(rows):
+        device, key = place0.copy(), prio0.copy()
+        for p in range(row_ptr[r], row_ptr[r + 1]):
+            if kinds[p] == ASSIGN:
+                device[ops[p]] = int(values[p])
+            else:
+                key[ops[p]] = values[p]
+        changed = np.flatnonzero((device != place0) | (key != prio0))
+        assert 2 <= len(changed) < len(set(row.tolist()))
+        np.testing.assert_array_equal(op[ptr[r]:ptr[r + 1]], changed)
+        np.testing.assert_array_equal(dev[ptr[r]:ptr[r + 1]], device[changed])
+        np.testing.assert_array_equal(prio[ptr[r]:ptr[r + 1]], key[changed])
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 50, 2000])
+def test_descending_order_is_the_stable_argsort(n):
+    """The incumbent's key orders: read off `rerank`ed keys, sorted otherwise; both equal
+    `np.argsort(-values, kind="stable")` (ties by id), also for keys that look reranked but
+    are not (a tie, half of them from another order)."""
+    from regal.search.moves import descending_order, rerank
+
+    rng = np.random.default_rng(n)
+    reranked = rerank(rng.random(n))
+    tied = reranked.copy()
+    tied[:2] = tied[min(2, n - 1)] if n else tied[:2]
+    half = reranked.copy()
+    half[:n // 2] = rerank(rng.random(n))[:n // 2]
+    for values in (rng.random(n), reranked, np.round(rng.random(n) * 3) / 3, tied, half):
+        order = descending_order(values)
+        assert order.dtype == np.int64
+        np.testing.assert_array_equal(order, np.argsort(-values, kind="stable"))

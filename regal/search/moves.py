@@ -15,13 +15,30 @@ import numpy as np
 from regal.decode import order_priority, split
 from regal.optimizers import Problem
 
-__all__ = ["PeakFacts", "peak_facts", "Moves", "rerank"]
+__all__ = ["PeakFacts", "peak_facts", "Moves", "rerank", "descending_order"]
 
 
 def rerank(values: np.ndarray) -> np.ndarray:
     """The same order (ties by id) as evenly spaced distinct keys in [0, 1]."""
     order = np.lexsort((np.arange(len(values)), -values))
     return order_priority(order)
+
+
+def descending_order(values: np.ndarray) -> np.ndarray:
+    """`np.argsort(-values, kind="stable")` as int64. A climb's incumbent has `rerank`ed keys
+    (evenly spaced from 1 to 0, distinct): their order is read off the values and checked
+    (a permutation with values strictly falling is the only sorted order), not sorted, which
+    on a 10,000-op graph cost a tenth of the drawing's time; any other values are sorted."""
+    values = np.asarray(values, np.float64)
+    n = len(values)
+    if n > 1:
+        rank = np.rint((1.0 - values) * (n - 1))
+        if rank.min() >= 0 and rank.max() <= n - 1:
+            order = np.full(n, -1, np.int64)
+            order[rank.astype(np.int64)] = np.arange(n)
+            if order.min() >= 0 and (np.diff(values[order]) < 0).all():
+                return order
+    return np.argsort(-values, kind="stable").astype(np.int64)
 
 
 
@@ -307,8 +324,7 @@ class Moves:
         _, priority, transfer = split(keys, self.n, self.d)
         priority, transfer = priority.copy(), transfer.copy()
         arrays = (np.asarray(self.placement, np.int64), priority, transfer,
-                  np.argsort(-priority, kind="stable").astype(np.int64),
-                  np.argsort(-transfer, kind="stable").astype(np.int64))
+                  descending_order(priority), descending_order(transfer))
         self._incumbent_cache = (keys.copy(), self.placement, arrays)
         return arrays
 
