@@ -21,6 +21,12 @@ script bounds what a perfect one would give, in points of the twin's value
                     ceiling (the best-known solution as the prior) is in
                     data/policy/README.md, "Could a prior steer the climbs?".
 
+Two probes of move guidance beside the oracles: `ranker`, the twin's climbs ranked by the
+shipped move ranker (`regal`'s, without its BRKGA prior), and `ranker-chain`, the same but,
+under the step time with every device within its limit, the drawn neighbours that move an
+op of the incumbent's critical chain (`critical_chain`) first (`ChainFirst`). Not learned:
+it asks whether the chain tells the climbs something the ranker's features do not.
+
 Objectives: peak memory, and running time with every device under a memory limit of
 `--limit-factor` (1.2) x the reference heuristics' best peak (the transfer tables' rule for
 graphs without a best-known store). Every run is one JSON line in `--records` (resumable: a
@@ -61,6 +67,8 @@ ARMS = {
     "four-fresh": {"fresh_climbs": 4},
     "population-50": {"population_size": 50},
     "policy": None,    # the `regal` method with the shipped policy
+    "ranker": {"ranker": "shipped"},       # the shipped move ranker alone
+    "ranker-chain": {"ranker": "chain"},   # ... with moves of the critical chain first
 }
 SCHEDULE_GRID = (TWIN, "brkga-only", "brkga-50", "brkga-3", "one-climb", "four-fresh",
                  "population-50")
@@ -81,6 +89,76 @@ def oracle_ranker(problem):
         ranks[np.lexsort((tie, values))] = np.arange(len(drawn))
         return ranks
     return rank
+
+
+def critical_chain(graph, placement, traced) -> np.ndarray:
+    """[n] bool: the ops of a traced schedule's critical chain. Walked back from the op that
+    ends last (the lowest id among ties) through what let each op start: the input that
+    arrived last (its producer's end on the same device, else its copy's arrival there) or,
+    when it ended no earlier, the op that ran before it on its device; the walk stops where
+    neither reaches the op's start."""
+    n = graph.num_nodes
+    start, end = traced.op_start, traced.op_end
+    on = np.zeros(n, bool)
+    if not n:
+        return on
+    arrival = {(int(t), int(j)): float(e) for t, j, e in
+               zip(traced.transfer_tensor, traced.transfer_dst, traced.transfer_end)}
+    before = {}
+    for j in np.unique(placement):
+        ops = sorted((float(start[v]), v) for v in np.flatnonzero(placement == j))
+        for (_, u), (_, v) in zip(ops, ops[1:]):
+            before[v] = u
+    inputs: dict[int, list] = {v: [] for v in range(n)}
+    for t in range(graph.num_tensors):
+        for c in graph.consumer[graph.consumer_ptr[t]:graph.consumer_ptr[t + 1]]:
+            inputs[int(c)].append(t)
+    v = max(range(n), key=lambda u: (end[u], -u))
+    tolerance = 1e-9 * max(1.0, float(end.max()))
+    while not on[v]:
+        on[v] = True
+        best, when = None, -np.inf
+        for t in inputs[v]:
+            p = int(graph.tensor_producer[t])
+            at = float(end[p]) if placement[p] == placement[v] \
+                else arrival.get((t, int(placement[v])), float(end[p]))
+            if at > when:
+                best, when = p, at
+        if v in before and end[before[v]] >= when:
+            best, when = before[v], float(end[before[v]])
+        if best is None or when < start[v] - tolerance:
+            break
+        v = best
+    return on
+
+
+class ChainFirst:
+    """A `rank_moves` probe: `ranker`'s order, except that in the `makespan_fit` regime (the
+    step time, every device within its limit) the drawn neighbours that move an op of the
+    incumbent's critical chain to another device come first (each group in `ranker`'s
+    order). Its restart gate is `ranker`'s (none acts under the step time)."""
+
+    def __init__(self, problem, ranker) -> None:
+        self.problem, self.ranker, self.chain = problem, ranker, (None, None)
+
+    def rank_drawn(self, climb, drawn) -> np.ndarray:
+        from regal.decode import decode
+
+        scores = np.asarray(self.ranker(climb, drawn), np.float64)
+        context = climb._advantage_context
+        if context.regime != 1:
+            return scores
+        facts = climb.moves.facts
+        if self.chain[0] is not facts:
+            self.chain = (facts, critical_chain(self.problem.graph, context.place0,
+                                                facts.trace))
+        place = decode(drawn.keys(), self.problem.graph, self.problem.devices)[0]
+        on_chain = ((place != context.place0) & self.chain[1]).any(axis=1)
+        spread = float(scores.max() - scores.min()) + 1.0
+        return scores - spread * on_chain
+
+    def restart_now(self, climb, scores, count) -> bool:
+        return self.ranker.restart_now(climb, scores, count)
 
 
 def memory_limit(graph, devices: int, objective: str, factor: float) -> int | None:
@@ -111,8 +189,15 @@ def run_arm(task: dict) -> dict:
     else:
         options = dict(options)
         draw = options.pop("oracle", 0)
+        ranker = options.pop("ranker", None)
         if draw:
             options["climb_options"] = dict(rank_moves=oracle_ranker(problem), draw=draw)
+        elif ranker is not None:
+            from regal.regal_method import RANKER_DRAW, load_move_ranker
+
+            shipped = load_move_ranker("shipped")
+            options["climb_options"] = dict(rank_moves=shipped if ranker == "shipped"
+                                            else ChainFirst(problem, shipped), draw=RANKER_DRAW)
         found = solve_seeded_brkga(problem, task["budget"], task["seed"], **options)
     return dict(task, value=float(found.value), evaluations=int(found.evaluations),
                 wall_s=time.perf_counter() - start, limit=limit, ops=graph.num_nodes)
@@ -130,7 +215,9 @@ def points(twin: float, other: float) -> float:
 LEVERS = {"move-oracle-4": "move guidance, oracle of 4", "move-oracle-16": "move guidance, oracle of 16",
           "schedule oracle (in-sample)": "schedule per graph, oracle (in-sample)",
           "schedule choice (held-out seed)": "schedule per graph, chosen on other seeds",
-          "policy": "solution prior: the shipped policy"}
+          "policy": "solution prior: the shipped policy",
+          "ranker": "move guidance, the shipped ranker",
+          "ranker-chain": "the shipped ranker, critical chain first"}
 
 
 def lever_gains(rows: list[dict]) -> dict:

@@ -75,3 +75,68 @@ def test_runs_resume_and_bad_arms_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         script.main(argv[:-4] + ["--arms", "nonsense", "--records", str(records)])
     assert "unknown nonsense" in capsys.readouterr().err
+
+
+def _chain_problem():
+    """a -> b -> c, with d beside them (a and d on device 0, b and c on device 1 in
+    `CHAIN_PLACE`: b waits for a's output to arrive); d is short and holds nothing back."""
+    from regal.graph_builder import GraphBuilder
+
+    b = GraphBuilder()
+    a = b.add_op("a", 4.0)
+    b.add_output(a, 1000)
+    x = b.add_op("b", 3.0)
+    b.add_input(x, a)
+    b.add_output(x, 10)
+    c = b.add_op("c", 2.0)
+    b.add_input(c, x)
+    d = b.add_op("d", 1.0)
+    b.add_output(d, 10)
+    return optimizers.Problem(b.build(), DeviceSpec(2), "makespan")
+
+
+def test_the_critical_chain_is_what_held_each_op_back():
+    """By hand: c ends last; it started when b ended (its input, on its device); b started
+    when a's output arrived from device 0; a started at 0; d held nothing back."""
+    from regal.sim import trace
+
+    script = experiment("ceilings")
+    problem = _chain_problem()
+    place, order = np.array([0, 1, 1, 0]), np.array([0.9, 0.5, 0.3, 0.1])
+    traced = trace(problem.graph, problem.devices, place, order, order)
+    assert traced.op_start[1] > traced.op_end[0] and traced.op_end[2] == traced.op_end.max()
+    assert script.critical_chain(problem.graph, place, traced).tolist() == [True, True, True,
+                                                                            False]
+    alone = trace(problem.graph, problem.devices, np.zeros(4, int), order, order)
+    assert script.critical_chain(problem.graph, np.zeros(4, int), alone).all()  # one device
+
+
+def test_chain_first_ranks_moves_of_the_chain_ahead_in_the_rankers_order():
+    from regal.decode import decode
+    from regal.regal_method import load_move_ranker
+    from regal.search.climb import Climb
+
+    script = experiment("ceilings")
+    problem = optimizers.Problem(synth.random_dag(60, 3), DeviceSpec(3), "makespan")
+    climb = Climb(problem, 200, 0).run(100)
+    ranker = load_move_ranker("shipped")
+    probe = script.ChainFirst(problem, ranker)
+    drawn = climb.moves.draw(climb.current, 60, 0.85)
+    scores = probe.rank_drawn(climb, drawn)
+    plain = ranker(climb, drawn)
+    context = climb._advantage_context
+    assert context.regime == 1
+    chain = script.critical_chain(problem.graph, context.place0, climb.moves.facts.trace)
+    place = decode(drawn.keys(), problem.graph, problem.devices)[0]
+    first = ((place != context.place0) & chain).any(axis=1)
+    assert 0 < first.sum() < len(first)
+    assert scores[first].max() < scores[~first].min()
+    for group in (first, ~first):         # within each group, the ranker's order
+        assert np.array_equal(np.argsort(scores[group], kind="stable"),
+                              np.argsort(plain[group], kind="stable"))
+    # under peak memory the probe is the ranker
+    peak = optimizers.Problem(problem.graph, DeviceSpec(3))
+    climb = Climb(peak, 200, 0).run(100)
+    drawn = climb.moves.draw(climb.current, 30, 0.85)
+    assert np.array_equal(script.ChainFirst(peak, ranker).rank_drawn(climb, drawn),
+                          ranker(climb, drawn))
