@@ -78,20 +78,20 @@ def test_runs_resume_and_bad_arms_are_refused(tmp_path, capsys):
 
 
 def _chain_problem():
-    """a -> b -> c, with d beside them (a and d on device 0, b and c on device 1 in
-    `CHAIN_PLACE`: b waits for a's output to arrive); d is short and holds nothing back."""
+    """a -> b -> c (run times 4, 3, 2; a's output 1,000 bytes, so on another device its copy
+    takes long to arrive) and d beside them (run time 1, holding nothing back)."""
     from regal.graph_builder import GraphBuilder
 
     b = GraphBuilder()
-    a = b.add_op("a", 4.0)
-    b.add_output(a, 1000)
-    x = b.add_op("b", 3.0)
-    b.add_input(x, a)
-    b.add_output(x, 10)
-    c = b.add_op("c", 2.0)
-    b.add_input(c, x)
-    d = b.add_op("d", 1.0)
-    b.add_output(d, 10)
+    before = None
+    for name, cost, size in (("a", 4.0, 1000), ("b", 3.0, 10), ("c", 2.0, 0)):
+        op = b.add_op(name, cost)
+        if before is not None:
+            b.add_input(op, before)
+        if size:
+            b.add_output(op, size)
+        before = op
+    b.add_output(b.add_op("d", 1.0), 10)
     return optimizers.Problem(b.build(), DeviceSpec(2), "makespan")
 
 
