@@ -140,3 +140,31 @@ def test_optimize_certifies_its_answer_with_the_lower_bound(tmp_path, capsys):
     assert gap > 0
     assert f"certified: at most {gap:.2f}% above the optimum (lower bound " \
         f"{format_bytes(bound.value)}, argument {bound.source})" in out, out
+
+
+def test_a_count_neither_fitted_nor_proven_points_to_regal():
+    """When the user's count is searched without a fit and not proven impossible, the lines say
+    that `--method regal` (which climbs to a fit first) may still fit it; not after a `regal`
+    run, nor when the count is proven impossible."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from regal.fit_search import FitSearch, Tried
+    from regal.optimizers import solve
+    from regal.summary import REGAL_FIT_HINT, describe
+
+    problem = Problem(three_weights(), DeviceSpec(2, memory_limit=LIMIT), "makespan")
+    answer = solve("local-search", problem, 50, 0)
+    assert not answer.feasible
+
+    def lines(solution, first):
+        fit = FitSearch(devices=2, limit=LIMIT, added_limit=LIMIT, per_device=False, cap=3,
+                        budget=50, seconds=60.0, tried=[first, Tried(3, "not found")])
+        return describe(problem, solution, [], fit)
+
+    assert REGAL_FIT_HINT in lines(answer, Tried(2, "not found"))
+    assert REGAL_FIT_HINT in lines(answer, Tried(2, "cut short"))
+    assert REGAL_FIT_HINT not in lines(dataclasses.replace(answer, method="regal"),
+                                       Tried(2, "not found"))
+    proven = Tried(2, "proven", bound=SimpleNamespace(value=2020))
+    assert REGAL_FIT_HINT not in lines(answer, proven)
