@@ -73,6 +73,11 @@ class FitSearch:
     def found(self) -> Tried | None:
         return next((t for t in self.tried if t.outcome == "fits"), None)
 
+    @property
+    def unproven(self) -> list[int]:
+        """The counts searched without a fit and not proven too few."""
+        return [t.count for t in self.tried if t.outcome in ("not found", "cut short")]
+
 
 def fit_cap(devices: int) -> int:
     """The largest device count tried: 4 x the user's, at most 64, at least one more."""
@@ -197,7 +202,7 @@ def describe_fit(fit: FitSearch) -> list[str]:
             weakest = min(proven, key=lambda t: t.bound.value)
             lines.append(f"{counts} provably cannot fit (lower bound > {limit} at each; "
                          f"{format_bytes(weakest.bound.value)} at {weakest.count})")
-    unproven = [t.count for t in fit.tried if t.outcome in ("not found", "cut short")]
+    unproven = fit.unproven
     if unproven:
         lines.append(f"{_counts(unproven)}: none found that fits ({FIT_METHOD}, at most "
                      f"{fit.budget:,} evaluations each), not proven impossible")

@@ -95,9 +95,7 @@ def describe(problem: Problem, solution: Solution, references: list[Solution],
         if fit is not None:
             from regal.fit_search import describe_fit
             lines += describe_fit(fit)
-            if solution.method != "regal" and any(
-                    t.count == fit.devices and t.outcome in ("not found", "cut short")
-                    for t in fit.tried):
+            if solution.method != "regal" and fit.devices in fit.unproven:
                 lines.append(REGAL_FIT_HINT)
     human = _bytes if problem.objective == "peak_memory" else format_duration_us
     for ref in references:
