@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["StepBound", "step_time_bound", "ARGUMENTS", "RELATIVE_SLACK"]
+__all__ = ["StepBound", "step_time_bound", "ARGUMENTS", "RELATIVE_SLACK", "PROVEN_TOLERANCE"]
 
 ARGUMENTS = {
     "critical_path": "the longest path of least op durations",
@@ -39,6 +39,10 @@ ARGUMENTS = {
 # float sums of durations in another order than the simulator's: a bound this much below its
 # exact value can never pass a schedule's makespan by rounding alone
 RELATIVE_SLACK = 1e-9
+# a step time at most this far above the bound (relative) equals the optimum: the bound's own
+# slack plus as much again for the makespan's float sums, so a step time that meets its
+# bound reads "proven optimal" wherever a certificate is printed or counted
+PROVEN_TOLERANCE = 2 * RELATIVE_SLACK
 
 
 @dataclass(frozen=True)

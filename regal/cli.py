@@ -306,11 +306,11 @@ def cmd_optimize(args) -> int:
         # a valid lower bound certifies the answer: the optimum lies between the two
         print(_certified(solution.value, bound.value, bound.source))
     elif solution.feasible:      # a step over a limit is no step: nothing to certify
-        from regal.bounds_time import RELATIVE_SLACK, step_time_bound
+        from regal.bounds_time import step_time_bound
         from regal.units import format_duration_us
         bound = step_time_bound(graph, devices)
         print(_certified(solution.makespan, bound.value, bound.source, format_duration_us,
-                         tolerance=2 * RELATIVE_SLACK))
+                         objective="makespan"))
     for path in written:
         print(f"wrote {path}")
     return 0 if solution.feasible else EXIT_INFEASIBLE
@@ -551,7 +551,7 @@ def cmd_best_known(args) -> int:
             continue
         change = "new" if before is None else \
             ("unchanged" if after >= before else f"{(before - after) / before:+.2%} better")
-        certified = _certified(after, bound, unit=unit)
+        certified = _certified(after, bound, unit=unit, objective=args.objective)
         print(f"  {graph} d={d}: {unit(after)} ({change})"
               + (f"; {certified}" if certified else ""))
     print(f"{summary.keys} graph x device entries: {summary.skipped} already had the time, "
@@ -562,16 +562,18 @@ def cmd_best_known(args) -> int:
 
 
 def _certified(value: float, bound, source: str | None = None, unit=None,
-               tolerance: float = 0.0) -> str:
+               objective: str = "peak_memory") -> str:
     """'certified: at most 2.10% above the optimum (lower bound 1.00 MiB, argument op_start)'
     or 'certified: proven optimal (...)', the line `regal optimize` prints, for a value and a
-    valid lower bound in bytes (or in what `unit` formats: a step time, whose float bound sits
-    a relative `tolerance` below its exact value); '' without a bound."""
+    valid lower bound in bytes (or in what `unit` formats); a step time's float bound sits a
+    little below its exact value, so it proves within `PROVEN_TOLERANCE`; '' without a bound."""
     if bound is None:
         return ""
     from regal.bounds import gap_to_bound
+    from regal.bounds_time import PROVEN_TOLERANCE
     from regal.units import format_bytes
     gap = gap_to_bound(value, bound)
+    tolerance = PROVEN_TOLERANCE if objective == "makespan" else 0.0
     return ("certified: proven optimal" if 0 <= gap <= tolerance else
             f"certified: at most {100 * gap:.2f}% above the optimum") + \
         f" (lower bound {(unit or format_bytes)(bound)}" + ("" if source is None else
@@ -591,7 +593,7 @@ def _best_known_bounds(args) -> int:
     for graph, d, value, bound, source, objective in summary.rows:
         unit = format_bytes if objective == "peak_memory" else format_duration_us
         print(f"  {graph} d={d} ({objective.replace('_', ' ')}): {unit(value)}; "
-              f"{_certified(value, bound, source, unit)}")
+              f"{_certified(value, bound, source, unit, objective)}")
     print(f"{summary.keys} entries: {summary.bounded} bounded now, {summary.unchanged} "
           f"unchanged, {summary.had_bound} had a bound, {summary.no_graph} without their "
           f"graph here, in {summary.seconds:.0f} s; store {args.out}")

@@ -142,6 +142,31 @@ def test_optimize_certifies_a_step_that_fits_and_not_one_over_a_limit(tmp_path, 
     assert "certified" not in capsys.readouterr().out
 
 
+def test_best_known_says_a_step_on_its_bound_is_proven_optimal(tmp_path):
+    """The step-time bound sits a rounding slack below its exact value; `regal best-known`
+    (the portfolio's line and `--bounds-only`'s) reads a best-known step on it as proven
+    optimal, as `regal optimize` does: four independent ops of cost 1 on 2 devices end at
+    2 us, the work bound."""
+    import subprocess
+    import sys
+
+    from regal.io import save_graph
+
+    b = _builder([1, 1, 1, 1])
+    for v in range(4):
+        b.add_output(v, 100)
+    path = tmp_path / "four.npz"
+    save_graph(b.build(), path)
+    store = tmp_path / "store.jsonl"
+    argv = [sys.executable, "-m", "regal.cli", "best-known", str(path), "--devices", "2",
+            "--objective", "makespan", "--out", str(store)]
+    for extra in (["--time-per-graph", "1"], ["--bounds-only", "--again"]):
+        run = subprocess.run(argv + extra, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        assert "certified: proven optimal (lower bound 2" in run.stdout, run.stdout
+        assert "above the optimum" not in run.stdout
+
+
 def test_the_bounds_command_prints_the_step_time_bound(tmp_path, capsys):
     """`regal bounds --objective makespan`: the chain 1 -> 2 -> 3 at 2 devices, its argument
     and every argument's value; `--bytes` the number alone (µs)."""
