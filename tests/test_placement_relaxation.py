@@ -244,3 +244,28 @@ def test_placement_search_returns_a_valid_placement_and_its_relaxed_peak():
         cases += 1
         exact += value == least
     assert exact >= 0.8 * cases
+
+
+def test_timed_value_is_a_schedule_of_the_placement_and_finds_the_best_on_tiny_graphs():
+    """timed_value: the priority search with the placement pinned returns the simulated peak
+    of a schedule of that placement, never below the least over every op order x transfer
+    order of it (written out), and equal to it on most tiny graphs."""
+    from regal.sim import evaluate
+
+    script = experiment("placement_relaxation")
+    rng = np.random.default_rng(21)
+    cases = exact = 0
+    for _ in range(12):
+        n, d = int(rng.integers(2, 6)), int(rng.integers(1, 4))
+        graph = random_graph(rng, num_ops=n, integer=True)
+        placement = rng.integers(0, d, n)
+        affinity = np.eye(d)[placement].ravel()
+        orders = [np.asarray(p, np.float64) for p in itertools.permutations(range(n))]
+        keys = np.asarray([np.concatenate([affinity, o, t]) for o in orders for t in orders])
+        least = float(evaluate(graph, DeviceSpec(d), keys, "peak_memory", threads=1).min())
+        value = script.timed_value(graph, d, placement, 300, seed=0)
+        assert value >= least
+        assert value >= max(script.relaxed_peaks(graph, placement, d, 27))
+        cases += 1
+        exact += value == least
+    assert exact >= 0.8 * cases
