@@ -17,8 +17,10 @@ script bounds what a perfect one would give, in points of the twin's value
                     it is scored on, an upper bound inflated by seed noise) and the held-out
                     seed choice (the grid point chosen on the other seeds, scored on this
                     one: what a per-graph choice from the graph alone can hope for).
-    solution prior  the shipped policy (`regal` - twin): what the prior gives now; its oracle
-                    ceiling (the best-known solution as the prior) is in
+    the policy      `regal` - twin: everything the shipped policy decides now (the solution
+                    prior for BRKGA, and since revision `ranker-1` the climbs' move ranker and
+                    restart gate), against the move-guidance oracles it could reach; the
+                    prior's own oracle ceiling (the best-known solution as the prior) is in
                     data/policy/README.md, "Could a prior steer the climbs?".
 
 Two probes of move guidance beside the oracles: `ranker`, the twin's climbs ranked by the
@@ -215,7 +217,7 @@ def points(twin: float, other: float) -> float:
 LEVERS = {"move-oracle-4": "move guidance, oracle of 4", "move-oracle-16": "move guidance, oracle of 16",
           "schedule oracle (in-sample)": "schedule per graph, oracle (in-sample)",
           "schedule choice (held-out seed)": "schedule per graph, chosen on other seeds",
-          "policy": "solution prior: the shipped policy",
+          "policy": "the shipped policy (regal - twin)",
           "ranker": "move guidance, the shipped ranker",
           "ranker-chain": "the shipped ranker, critical chain first"}
 
