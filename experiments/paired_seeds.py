@@ -9,8 +9,9 @@ per-graph difference with its standard error over graphs, the graphs where each 
 the two-sided Wilcoxon signed-rank p of the per-graph values (the tables' rule,
 `regal.report.wilcoxon_p`).
 
-    python experiments/paired_seeds.py experiments/results/paired_seeds_real_heldout/regal.jsonl \\
-        experiments/results/paired_seeds_real_heldout/seeded-brkga.jsonl
+    python experiments/no_harm.py ... --method regal --below inf --seeds 10 --out A.md
+    python experiments/no_harm.py ... --method seeded-brkga --below inf --seeds 10 --out B.md
+    python experiments/paired_seeds.py A.jsonl B.jsonl
 """
 
 from __future__ import annotations
