@@ -384,12 +384,12 @@ def main(argv=None) -> int:
             arrived = [f"{max(with_arrivals):,}", f"{least_arrived:,}",
                        f"{arrival_gaps[entry.devices][-1]:.2f}"]
             if args.timed_budget and where is not None:
-                seed = args.seed
-                control = timed_value(graph, entry.devices, placement, args.timed_budget, seed)
-                found = timed_value(graph, entry.devices, where, args.timed_budget, seed)
+                control, found = (timed_value(graph, entry.devices, p, args.timed_budget,
+                                              args.seed) for p in (placement, where))
                 timed[entry.devices].append((100.0 * (control - entry.value) / entry.value,
                                              100.0 * (found - entry.value) / entry.value))
-                arrived += [f"{control:,.0f}", f"{found:,.0f}", f"{timed[entry.devices][-1][1]:+.2f}"]
+                arrived += [f"{control:,.0f}", f"{found:,.0f}",
+                            f"{timed[entry.devices][-1][1]:+.2f}"]
             else:
                 arrived += ["-"] * 3
         found_gaps[entry.devices].append(gap_least)
