@@ -111,16 +111,12 @@ def critical_chain(graph, placement, traced) -> np.ndarray:
         ops = sorted((float(start[v]), v) for v in np.flatnonzero(placement == j))
         for (_, u), (_, v) in zip(ops, ops[1:]):
             before[v] = u
-    inputs: dict[int, list] = {v: [] for v in range(n)}
-    for t in range(graph.num_tensors):
-        for c in graph.consumer[graph.consumer_ptr[t]:graph.consumer_ptr[t + 1]]:
-            inputs[int(c)].append(t)
     v = max(range(n), key=lambda u: (end[u], -u))
     tolerance = 1e-9 * max(1.0, float(end.max()))
     while not on[v]:
         on[v] = True
         best, when = None, -np.inf
-        for t in inputs[v]:
+        for t in np.unique(graph.input_tensor[graph.input_ptr[v]:graph.input_ptr[v + 1]]).tolist():
             p = int(graph.tensor_producer[t])
             at = float(end[p]) if placement[p] == placement[v] \
                 else arrival.get((t, int(placement[v])), float(end[p]))
