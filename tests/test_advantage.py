@@ -15,7 +15,8 @@ from regal.decode import encode
 from regal.graph_builder import GraphBuilder
 from regal.optimizers import Problem
 from regal.search.advantage import MoveRanker
-from regal.search.move_features import FEATURES, HUB_TOUCHES, REGIMES, move_features
+from regal.search.move_features import (FEATURES, HUB_TOUCHES, REGIMES, _features_in_lanes,
+                                        incumbent_context, move_features)
 from regal.search.climb import Climb
 from regal.sim import DeviceSpec
 
@@ -300,11 +301,16 @@ def test_the_compiled_features_equal_the_dense_reference(which):
             fast = move_features(climb, drawn)
             keys = drawn.keys()
             np.testing.assert_array_equal(fast, move_features(climb, keys))
+            # the rows split over lanes (threads), each with its own marks and caches
+            context = incumbent_context(climb)
+            for lanes in (2, 3):
+                np.testing.assert_array_equal(fast, _features_in_lanes(context, drawn, lanes))
             # every moved op a hub (its lone move's sums, corrected for the others moved
             # with it): the same sums of whole bytes, so the same features exactly
             static = climb._advantage_static
             static.hub_touches = 1
             np.testing.assert_array_equal(fast, move_features(climb, drawn))
+            np.testing.assert_array_equal(fast, _features_in_lanes(context, drawn, 2))
             static.hub_touches = HUB_TOUCHES
             np.testing.assert_allclose(fast, reference(climb, keys), rtol=1e-9, atol=1e-12)
             compared += int((fast != 0).any(axis=1).sum())

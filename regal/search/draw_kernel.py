@@ -396,12 +396,40 @@ def changes(n, row_ptr, w_kind, w_op, w_val, place0, prio0, tr0, senders0, pinne
     first): row `r` marks them with `base + r + 1`, so `base` must grow past every mark used
     before (the last value returned)."""
     m = len(row_ptr) - 1
+    cap = change_capacity(row_ptr[0], row_ptr[m], w_kind, w_op, grouped, member_ptr)
     ptr = np.zeros(m + 1, np.int64)
-    cap = 64
     c_op = np.empty(cap, np.int64)
     c_dev = np.empty(cap, np.int64)
     c_prio = np.empty(cap, np.float64)
     transfer = np.zeros(m, np.bool_)
+    size = changes_into(n, row_ptr, w_kind, w_op, w_val, place0, prio0, tr0, senders0, pinned,
+                        grouped, colocation, member_ptr, members, scratch, scratch_f, base,
+                        ptr, c_op, c_dev, c_prio, transfer)
+    return ptr, c_op[:size].copy(), c_dev[:size].copy(), c_prio[:size].copy(), transfer, base + m
+
+
+@njit(cache=True)
+def change_capacity(lo, hi, w_kind, w_op, grouped, member_ptr):
+    """At most how many changed ops writes lo:hi can give `changes_into`: an op changes only
+    where its priority key or (its group leader's) device was written."""
+    cap = 0
+    for p in range(lo, hi):
+        if w_kind[p] == ASSIGN and grouped:
+            v = w_op[p]
+            cap += max(member_ptr[v + 1] - member_ptr[v], 1)
+        elif w_kind[p] != TRANSFER:
+            cap += 1
+    return cap
+
+
+@njit(cache=True)
+def changes_into(n, row_ptr, w_kind, w_op, w_val, place0, prio0, tr0, senders0, pinned, grouped,
+                 colocation, member_ptr, members, scratch, scratch_f, base, ptr, c_op, c_dev,
+                 c_prio, transfer):
+    """`changes` written into given arrays: row r's changed ops at c_op[ptr[r]:ptr[r + 1]]
+    (ptr[0] given: where the first row starts), `transfer` [m]; returns the end. The arrays
+    hold what `change_capacity` of the rows' writes says."""
+    m = len(row_ptr) - 1
     stamp = scratch[0]                     # the row's mark when the op was touched in it
     row_dev = scratch[1]                   # the last device written to an op's row
     has_prio = scratch[2]
@@ -411,7 +439,7 @@ def changes(n, row_ptr, w_kind, w_op, w_val, place0, prio0, tr0, senders0, pinne
     row_tr = scratch_f[1]
     touched = np.empty(n, np.int64)
     candidates = np.empty(n, np.int64)
-    size = 0
+    size = ptr[0]
     for row in range(m):
         tag = base + row + 1
         n_touched = 0
@@ -489,15 +517,10 @@ def changes(n, row_ptr, w_kind, w_op, w_val, place0, prio0, tr0, senders0, pinne
                 device = row_dev[L]
             key = row_prio[v] if has_prio[v] == tag else prio0[v]
             if device != place0[v] or key != prio0[v]:
-                if size >= cap:
-                    cap *= 2
-                    c_op = _grow_i(c_op, cap)
-                    c_dev = _grow_i(c_dev, cap)
-                    c_prio = _grow_f(c_prio, cap)
                 c_op[size], c_dev[size], c_prio[size] = v, device, key
                 size += 1
         ptr[row + 1] = size
-    return ptr, c_op[:size].copy(), c_dev[:size].copy(), c_prio[:size].copy(), transfer, base + m
+    return size
 
 
 @njit(cache=True, inline="always")

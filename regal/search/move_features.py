@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from numba import njit
+from numba import njit, prange
 
 from regal.decode import decode, split
+from regal.search.draw_kernel import change_capacity, changes, changes_into
 from regal.graph import op_bytes
 
 __all__ = ["FEATURES", "REGIMES", "HUB_TOUCHES", "move_features", "regime_of", "Context",
@@ -108,26 +109,40 @@ class _Static:
         pinned = getattr(graph, "pinned", None)
         self.pinned = np.full(n, -1, np.int64) if pinned is None else np.asarray(pinned, np.int64)
         self.grouped, self.colocation, self.member_ptr, self.members = climb.moves._static()[5:9]
-        # the compiled functions' marks, reused from call to call (`changes`, `_features`):
-        # zeroing fresh ones each call cost more than the work on a large graph
-        self.scratch = np.zeros((7, n), np.int64)
-        self.scratch_f = np.zeros((2, n))
-        # per (op, target device): the call's mark and the row that moved that op alone there
-        self.solo = np.zeros((2, n * devices.count), np.int64)
-        # a hub's lone move (`_features`), once per incumbent: the incumbent's stamp (live
-        # sums staying on k / moving onto it, its edges), the live sums, its edges by device
-        self.hub_mark = np.zeros((3, n), np.int64)
-        self.hub_live = np.zeros((2, 2, n))
-        self.hub_cut = np.zeros((n, devices.count), np.int64)
-        self.hub_size = np.zeros((n, devices.count))
-        # what `_window_at` gave for (op, device) under the incumbent's stamp: the windows a
-        # climb draws around the peak move the same ops again and again (on a 10,000-op graph
-        # 1.5 M moved ops were 0.2 M distinct pairs, and the lookups half of `_features`)
-        self.window_mark = np.zeros(n * devices.count, np.int64)
-        self.window_value = np.zeros(n * devices.count)
         self.incumbents = 0
         self.hub_touches = HUB_TOUCHES
         self.mark = 0
+        self.lanes = 0
+        self.make_lanes(1)
+
+    def make_lanes(self, lanes: int) -> None:
+        """The compiled functions' marks and caches, reused from call to call: zeroing fresh
+        ones each call cost more than the work on a large graph. The marks come one set per
+        lane (lane 0 for a call on one thread, `lanes` for `_lane_features`); zeros are a
+        valid state (every mark and stamp is >= 1), so making more lanes loses nothing."""
+        if lanes <= self.lanes:
+            return
+        n, d = self.graph.num_nodes, self.devices.count
+        if not self.lanes:
+            # a hub's lone move (`_features`), once per incumbent: the incumbent's stamp
+            # (live sums staying on k / moving onto it, its edges), the live sums, its edges
+            # by device
+            self.hub_mark = np.zeros((3, n), np.int64)
+            self.hub_live = np.zeros((2, 2, n))
+            self.hub_cut = np.zeros((n, d), np.int64)
+            self.hub_size = np.zeros((n, d))
+            # what `_window_at` gave for (op, device) under the incumbent's stamp: the windows
+            # a climb draws around the peak move the same ops again and again (on a 10,000-op
+            # graph 1.5 M moved ops were 0.2 M distinct pairs, and the lookups half of
+            # `_features`)
+            self.window_mark = np.zeros(n * d, np.int64)
+            self.window_value = np.zeros(n * d)
+        self.lanes = lanes
+        # `changes`' marks (rows 0-4) and `_features`' `tag` and `new_dev` (rows 5, 6)
+        self.scratch = np.zeros((lanes, 7, n), np.int64)
+        self.scratch_f = np.zeros((lanes, 2, n))
+        # per (op, target device): the call's mark and the row that moved that op alone there
+        self.solo = np.zeros((lanes, 2, n * d), np.int64)
 
 
 class Context:
@@ -212,7 +227,7 @@ class Context:
         self.grouped, self.colocation, self.member_ptr, self.members = \
             static.grouped, static.colocation, static.member_ptr, static.members
         self.static = static
-        self.live_mark = np.zeros(len(tensors), np.int64)
+        self.live_mark = np.zeros((static.lanes, len(tensors)), np.int64)   # per lane
 
     @property
     def cut_time0(self) -> float:
@@ -391,27 +406,75 @@ def move_features(climb, drawn) -> np.ndarray:
     c = incumbent_context(climb)
     s = c.static
     if isinstance(drawn, Drawn):
-        from regal.search.draw_kernel import changes
-
+        lanes = _lanes_for(c, drawn)
+        if lanes > 1:
+            return _features_in_lanes(c, drawn, lanes)
         ptr, ops, dev, prio, transfer, s.mark = changes(
             c.n, drawn.row_ptr, drawn.kind, drawn.op, drawn.value, c.place0, c.prio0, c.tr0,
             c.senders0, c.pinned, c.grouped, c.colocation, c.member_ptr, c.members,
-            s.scratch[:5], s.scratch_f[:2], s.mark)
+            s.scratch[0, :5], s.scratch_f[0], s.mark)
     else:
         ptr, ops, dev, prio, transfer = _dense_changes(climb, c, drawn)
     base, s.mark = s.mark, s.mark + len(ptr)
-    return _features(base, s.scratch[5], s.scratch[6], s.solo[0], s.solo[1], c.live_mark,
-                     c.stamp, s.hub_touches, s.hub_mark, s.hub_live, s.hub_cut, s.hub_size,
-                     ptr, ops, dev, prio, transfer, c.n, c.d, c.k, c.place0, c.prio0,
-                     c.obytes, c.over_room, c.headroom, c.room, c.curve_ptr, c.curve_times,
-                     c.curve_live, c.op_start, c.op_end, c.P, c.cost,
-                     c.mean_load, c.load0, c.max_load0, c.load_k0, c.is_peak, c.peak_bytes,
-                     c.live_size, c.live_remote, c.live_producer, c.has_waiting, c.wait_ptr,
-                     c.wait_op, c.prod_ptr, c.prod_live, c.waitby_ptr, c.waitby_live,
-                     c.out_ptr, c.in_ptr, c.in_edges, c.edge_src, c.edge_dst, s.edge_size,
-                     s.latency, s.bandwidth, c.run_ptr, c.run_order, c.rank0, c.dev_count,
-                     c.cons_bytes, c.prod_bytes, c.out_bytes, c.after_peak, c.peak_rank,
+    return _features(base, s.scratch[0, 5], s.scratch[0, 6], s.solo[0, 0], s.solo[0, 1],
+                     c.live_mark[0], c.stamp, s.hub_touches, s.hub_mark, s.hub_live,
+                     s.hub_cut, s.hub_size, ptr, ops, dev, prio, transfer, *_shared(c),
                      s.window_mark, s.window_value)
+
+
+# graphs of at least this many ops have each call's rows split over numba's threads
+# (`_lane_features`): on smaller ones the threads' start costs more than they save
+LANE_OPS = 2_000
+MAX_LANES = 4
+
+
+def _lanes_for(c: Context, drawn) -> int:
+    """How many lanes (threads) to split a call's rows over: 1 on a small graph."""
+    if c.n < LANE_OPS or len(drawn) < 2:
+        return 1
+    import numba
+
+    return max(1, min(numba.get_num_threads(), MAX_LANES, len(drawn)))
+
+
+def _shared(c: Context) -> tuple:
+    """The per-incumbent arguments of `_features` that every lane reads alike."""
+    s = c.static
+    return (c.n, c.d, c.k, c.place0, c.prio0, c.obytes, c.over_room, c.headroom, c.room,
+            c.curve_ptr, c.curve_times, c.curve_live, c.op_start, c.op_end, c.P, c.cost,
+            c.mean_load, c.load0, c.max_load0, c.load_k0, c.is_peak, c.peak_bytes,
+            c.live_size, c.live_remote, c.live_producer, c.has_waiting, c.wait_ptr,
+            c.wait_op, c.prod_ptr, c.prod_live, c.waitby_ptr, c.waitby_live, c.out_ptr,
+            c.in_ptr, c.in_edges, c.edge_src, c.edge_dst, s.edge_size, s.latency,
+            s.bandwidth, c.run_ptr, c.run_order, c.rank0, c.dev_count, c.cons_bytes,
+            c.prod_bytes, c.out_bytes, c.after_peak, c.peak_rank)
+
+
+def _features_in_lanes(c: Context, drawn, lanes: int) -> np.ndarray:
+    """`move_features` of the writes `drawn` with its rows split into `lanes` runs of
+    about equal writes, on numba's threads (`_lane_features`): every row's features are
+    computed as on one thread (a row reads only the incumbent and its own writes; the
+    caches only save work), so the result is the same to the bit."""
+    s = c.static
+    s.make_lanes(lanes)
+    if c.live_mark.shape[0] < lanes:
+        c.live_mark = np.zeros((lanes, c.live_mark.shape[1]), np.int64)
+    row_ptr = np.asarray(drawn.row_ptr, np.int64)
+    m = len(row_ptr) - 1
+    cuts = [0]                       # each lane's first row: the writes split about evenly
+    for i in range(1, lanes):
+        cut = int(np.searchsorted(row_ptr, int(row_ptr[-1]) * i // lanes))
+        if cuts[-1] < cut < m:
+            cuts.append(cut)
+    bounds = np.array(cuts + [m], np.int64)
+    base = s.mark
+    s.mark += 2 * m
+    return _lane_features(bounds, base, row_ptr, drawn.kind, drawn.op, drawn.value, c.tr0,
+                          c.senders0, c.pinned, c.grouped, c.colocation, c.member_ptr,
+                          c.members, s.scratch, s.scratch_f, s.solo, c.live_mark, c.stamp,
+                          s.hub_touches, s.hub_mark, s.hub_live, s.hub_cut, s.hub_size,
+                          s.window_mark, s.window_value, *_shared(c))
+
 
 def _dense_changes(climb, c: Context, drawn) -> tuple:
     """What `changes` gives for writes, from chromosomes: the ops whose decoded device or
@@ -743,4 +806,116 @@ def _features(base, tag, new_dev, solo_mark, solo_row, live_tag, stamp, hub_touc
         row[_CUT_TIME] = (latency * cut + cut_size / bandwidth) / mean_load
         row[_MAX_LOAD] = (load.max() - max_load0) / mean_load
         row[_LOAD_K] = (load[k] - load_k0) / mean_load
+    return out
+
+
+@njit(cache=True, parallel=True)
+def _lane_features(bounds, base, row_ptr, kind, op, value, tr0, senders0, pinned, grouped,
+                   colocation, member_ptr, members, scratch, scratch_f, solo, live_tag, stamp,
+                   hub_touches, hub_mark, hub_live, hub_cut, hub_size, window_mark,
+                   window_value, n, d, k, place0, prio0, *shared):
+    """`changes` then `_features` of rows bounds[i]:bounds[i + 1] on lane i, in three
+    parallel passes over the lanes (`_features_in_lanes`):
+
+    1. each lane's rows' changed ops (`changes_into`, the lane's marks `base` + row + 1,
+       into its part of one buffer);
+    2. the per-incumbent caches those rows will read (the memory window of each moved op
+       on its new device; each row's hub's lone-move sums and edges), listed once each in
+       one pass on this thread and computed spread over the lanes (a hub's live tensors
+       split between them: one op may touch most of what is live at the peak);
+    3. each lane's rows' `_features` (marks `base` + m + row + 1), reading the caches
+       only: no lane writes what another reads."""
+    (obytes, over_room, headroom, room, curve_ptr, curve_times, curve_live, op_start, op_end,
+     P, cost, mean_load, load0, max_load0, load_k0, is_peak, peak_bytes, live_size,
+     live_remote, live_producer, has_waiting, wait_ptr, wait_op, prod_ptr, prod_live,
+     waitby_ptr, waitby_live, out_ptr, in_ptr, in_edges, edge_src, edge_dst, edge_size,
+     latency, bandwidth, run_ptr, run_order, rank0, dev_count, cons_bytes, prod_bytes,
+     out_bytes, after_peak, peak_rank) = shared
+    m = len(row_ptr) - 1
+    lanes = len(bounds) - 1
+    start = np.zeros(lanes + 1, np.int64)
+    for lane in range(lanes):
+        start[lane + 1] = start[lane] + change_capacity(
+            row_ptr[bounds[lane]], row_ptr[bounds[lane + 1]], kind, op, grouped, member_ptr)
+    c_op = np.empty(start[lanes], np.int64)
+    c_dev = np.empty(start[lanes], np.int64)
+    c_prio = np.empty(start[lanes], np.float64)
+    ptr = np.zeros(m + lanes, np.int64)   # lane i's rows: ptr[bounds[i] + i:bounds[i + 1] + i + 1]
+    transfer = np.zeros(m, np.bool_)
+    for lane in prange(lanes):
+        r0, r1 = bounds[lane], bounds[lane + 1]
+        ptr[r0 + lane] = start[lane]
+        changes_into(n, row_ptr[r0:r1 + 1], kind, op, value, place0, prio0, tr0, senders0,
+                     pinned, grouped, colocation, member_ptr, members, scratch[lane, :5],
+                     scratch_f[lane], base + r0, ptr[r0 + lane:r1 + lane + 1], c_op, c_dev,
+                     c_prio, transfer[r0:r1])
+    # the cache entries missing for this incumbent (marked now, filled below)
+    windows = np.empty(start[lanes], np.int64)
+    hubs = np.empty(2 * m, np.int64)                        # hub * 3 + (side, or 2: edges)
+    n_windows = n_hubs = 0
+    for lane in range(lanes):
+        for r in range(bounds[lane], bounds[lane + 1]):
+            hub, most, hub_dev = -1, hub_touches - 1, -1
+            for p in range(ptr[r + lane], ptr[r + lane + 1]):
+                v, j = c_op[p], c_dev[p]
+                if j == place0[v]:
+                    continue
+                key = v * d + j
+                if window_mark[key] != stamp:
+                    window_mark[key] = stamp
+                    windows[n_windows] = key
+                    n_windows += 1
+                touches = prod_ptr[v + 1] - prod_ptr[v] + waitby_ptr[v + 1] - waitby_ptr[v] \
+                    + out_ptr[v + 1] - out_ptr[v] + in_ptr[v + 1] - in_ptr[v]
+                if touches > most:
+                    hub, most, hub_dev = v, touches, j
+            if hub >= 0:
+                for what in (1 if hub_dev == k else 0, 2):
+                    if hub_mark[what, hub] != stamp:
+                        hub_mark[what, hub] = stamp
+                        hubs[n_hubs] = hub * 3 + what
+                        n_hubs += 1
+    # windows spread over the lanes; each hub's live tensors split between them (its sums
+    # are of whole bytes: exact in any order)
+    sums = np.zeros((lanes, max(n_hubs, 1), 2))
+    for lane in prange(lanes):
+        tag, new_dev = scratch[lane, 5], scratch[lane, 6]
+        for i in range(lane, n_windows, lanes):
+            key = windows[i]
+            window_value[key] = _window_at(curve_ptr, curve_times, curve_live, op_start,
+                                           op_end, key % d, key // d) / P
+        for i in range(n_hubs):
+            v, what = hubs[i] // 3, hubs[i] % 3
+            if what == 2:
+                if i % lanes == lane:
+                    _hub_edges(v, place0, out_ptr, in_ptr, in_edges, edge_src, edge_dst,
+                               edge_size, hub_cut[v], hub_size[v])
+                continue
+            new_dev[v] = k if what == 1 else (k + 1) % d    # only whether it is k matters
+            tag[v] = -1                                     # v alone moved (`_hub_live`)
+            produced = prod_ptr[v + 1] - prod_ptr[v]
+            total = produced + waitby_ptr[v + 1] - waitby_ptr[v]
+            leave = partial = 0.0
+            for q in range(total * lane // lanes, total * (lane + 1) // lanes):
+                t = prod_live[prod_ptr[v] + q] if q < produced \
+                    else waitby_live[waitby_ptr[v] + q - produced]
+                x, y = _live_tensor_leaves(t, k, -1, tag, new_dev, place0, wait_ptr, wait_op,
+                                           live_producer, live_remote, has_waiting, live_size)
+                leave += x
+                partial += y
+            tag[v] = 0
+            sums[lane, i, 0], sums[lane, i, 1] = leave, partial
+    for i in range(n_hubs):
+        v, what = hubs[i] // 3, hubs[i] % 3
+        if what < 2:
+            hub_live[what, 0, v] = sums[:, i, 0].sum()
+            hub_live[what, 1, v] = sums[:, i, 1].sum()
+    out = np.zeros((m, F))
+    for lane in prange(lanes):
+        r0, r1 = bounds[lane], bounds[lane + 1]
+        out[r0:r1] = _features(
+            base + m + r0, scratch[lane, 5], scratch[lane, 6], solo[lane, 0], solo[lane, 1],
+            live_tag[lane], stamp, hub_touches, hub_mark, hub_live, hub_cut, hub_size,
+            ptr[r0 + lane:r1 + lane + 1], c_op, c_dev, c_prio, transfer[r0:r1], n, d, k,
+            place0, prio0, *shared, window_mark, window_value)
     return out
