@@ -986,8 +986,11 @@ def cost_run(path, arm: str, budget: int, seed: int, weights, devices: int = 2) 
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     ranker_s = 0.0 if ranker is None else ranker.elapsed
     extra_draw = clock.draw_s * (DRAW - 1) / DRAW if ranker is not None else 0.0
+    import numba
+
     return dict(graph=f"{Path(path).parent.name}/{Path(path).name}",
                 ops=problem.graph.num_nodes, devices=devices, arm=arm, budget=budget,
+                threads=numba.get_num_threads(),
                 seed=seed, wall_s=wall, cpu_s=cpu, value=float(found.value), draw_s=clock.draw_s,
                 ranker_s=ranker_s, untried_s=clock.untried_s,
                 policy_s=ranker_s + clock.untried_s + extra_draw)
@@ -1173,15 +1176,20 @@ def equal_table(rows: list[dict]) -> str:
 def equal_section(args) -> str:
     """The section `cost` and `equal` write into `--out`, from their records (the latest
     `cost` run; every `equal` run of the current weights and budget)."""
-    cost_rows = read_json_lines(args.cost_records)
-    if cost_rows:
-        latest = max(r.get("run", "") for r in cost_rows)
-        cost_rows = [r for r in cost_rows if r.get("run", "") == latest]
+    by_threads: dict = {}                     # the latest run on each number of threads
+    for r in read_json_lines(args.cost_records):
+        by_threads.setdefault(r.get("threads", 1), []).append(r)
+    cost_tables = []
+    for threads, rows in sorted(by_threads.items()):
+        latest = max(r.get("run", "") for r in rows)
+        cost_tables.append(f"Numba on {threads} thread{'s' if threads > 1 else ''} "
+                           f"(`--workers {threads}`, run {latest}):\n\n"
+                           + cost_table([r for r in rows if r.get("run", "") == latest]))
     current = weights_id(args.weights)
     equal_rows = [r for r in read_json_lines(args.equal_records)
                   if r.get("weights_id") == current and r["budget"] == args.budget]
     return ("Made by `python experiments/move_ranker.py cost` and `... equal` (commands in "
-            "the notes below; one process, numba on one thread, on a machine shared with other "
+            "the notes below; one process, numba on one thread unless said, on a machine shared with other "
             "jobs: wall times are noisy). The climbs draw their neighbours compiled, as writes "
             "to the incumbent's keys (`regal.search.draw_kernel`; the same draws as before, so "
             "the twin's answers are unchanged); the ranker reads the writes (features over the "
@@ -1195,8 +1203,11 @@ def equal_section(args) -> str:
             "is the twin with the ranker and its restart gate (no BRKGA prior). Its wall "
             "over the twin's is more than the policy's share: a step called off by the gate "
             "costs its ranking and a restart (a kick and a new trace) but no evaluation, and "
-            "the learned arm takes more improving steps, each traced anew.\n\n"
-            + cost_table(cost_rows) + "\n"
+            "the learned arm takes more improving steps, each traced anew. On several threads "
+            "the simulator's batches run on all of them, and on graphs of 2,000 ops or more "
+            "the ranker's features too (`regal.search.move_features.LANE_OPS`); the rest of "
+            "the policy runs on one.\n\n"
+            + "\n".join(cost_tables) + "\n"
             f"### Learned (draw {DRAW}) against the twin, budget {args.budget:,}, peak memory\n\n"
             "Points = 100 x (base - arm) / base per graph from the means over seeds (positive: "
             "the learned arm is better). Equal wall: a timed run gets the wall seconds that "
