@@ -28,6 +28,10 @@ shipped move ranker (`regal`'s, without its BRKGA prior), and `ranker-chain`, th
 under the step time with every device within its limit, the drawn neighbours that move an
 op of the incumbent's critical chain (`critical_chain`) first (`ChainFirst`). Not learned:
 it asks whether the chain tells the climbs something the ranker's features do not.
+And one of how many ranked moves a step should evaluate: `policy-batch-8` is `regal` whose
+ranked climb steps evaluate 8 of the 32 drawn (`ranked_batch=8`; the climb's own batch
+adapts between 8 and 32), `twin-batch-8` the twin's climbs with the same fixed batch, so
+that what the batch gives without the ranking is measured beside it.
 
 Objectives: peak memory, and running time with every device under a memory limit of
 `--limit-factor` (1.2) x the reference heuristics' best peak (the transfer tables' rule for
@@ -71,6 +75,8 @@ ARMS = {
     "policy": None,    # the `regal` method with the shipped policy
     "ranker": {"ranker": "shipped"},       # the shipped move ranker alone
     "ranker-chain": {"ranker": "chain"},   # ... with moves of the critical chain first
+    "policy-batch-8": {"regal": {"ranked_batch": 8}},   # `regal`, ranked steps of 8
+    "twin-batch-8": {"climb_options": {"batch_size": 8}},  # its placebo: the twin's, of 8
 }
 SCHEDULE_GRID = (TWIN, "brkga-only", "brkga-50", "brkga-3", "one-climb", "four-fresh",
                  "population-50")
@@ -182,8 +188,9 @@ def run_arm(task: dict) -> dict:
                                  task["objective"])
     options = ARMS[task["arm"]]
     start = time.perf_counter()
-    if options is None:
-        found = optimizers.solve("regal", problem, task["budget"], task["seed"])
+    if options is None or "regal" in options:
+        found = optimizers.solve("regal", problem, task["budget"], task["seed"],
+                                 **(options or {}).get("regal", {}))
     else:
         options = dict(options)
         draw = options.pop("oracle", 0)
@@ -215,7 +222,9 @@ LEVERS = {"move-oracle-4": "move guidance, oracle of 4", "move-oracle-16": "move
           "schedule choice (held-out seed)": "schedule per graph, chosen on other seeds",
           "policy": "the shipped policy (regal - twin)",
           "ranker": "move guidance, the shipped ranker",
-          "ranker-chain": "the shipped ranker, critical chain first"}
+          "ranker-chain": "the shipped ranker, critical chain first",
+          "policy-batch-8": "regal with ranked steps of 8 (probe)",
+          "twin-batch-8": "the twin with steps of 8 (its placebo)"}
 
 
 def lever_gains(rows: list[dict]) -> dict:

@@ -171,7 +171,8 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
                 learn_elite_bias=None, seed_population: bool = True,
                 uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION,
                 polish_share: float | None = None, fresh_climbs: int | None = None,
-                race=None, move_ranker="shipped", time_limit: float | None = None,
+                race=None, move_ranker="shipped", ranked_batch: int | None = None,
+                time_limit: float | None = None,
                 progress: Callable[[int, float], None] | None = None,
                 should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
     """REGAL: the policy's per-op choices relative to the reference solution, then BRKGA,
@@ -193,12 +194,18 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     of `regal.search.schedule.Schedule`, defaults `DEFAULT_SCHEDULE`. `move_ranker` chooses
     which of each climb step's `RANKER_DRAW` x batch drawn neighbours are evaluated
     (`load_move_ranker`: the shipped learned ranker by default, "none" for the climbs' own
-    order). `should_stop()` ends the search early.
+    order); `ranked_batch`, when given, is the batch of every ranked climb step (the climb's
+    `batch_size`, so its patience follows it) instead of the climb's own (adapted between 8
+    and 32): a probe, `experiments/ceilings.py` arm `policy-batch-8`. `should_stop()` ends
+    the search early.
     """
     from regal.search.pipeline import run_pipeline, schedule_of
 
     start = time.perf_counter()
     schedule = schedule_of(polish_share, fresh_climbs, race)  # a bad one fails before any work
+    if ranked_batch is not None and (isinstance(ranked_batch, bool)
+                                     or int(ranked_batch) != ranked_batch or ranked_batch < 1):
+        raise ValueError(f"ranked_batch must be a positive integer, got {ranked_batch!r}")
     source = "object"
     if policy is None:
         source = str(resolve_policy_dir(policy_dir))
@@ -214,13 +221,16 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     action = ablated_action(policy, action, learn, learn_elite_bias)
     params = search_params(action, seed_population, uniform_mutant_fraction)
     ranker = load_move_ranker(move_ranker)
+    climb_options = None if ranker is None else dict(rank_moves=ranker, draw=RANKER_DRAW)
+    if climb_options is not None and ranked_batch is not None:
+        climb_options["batch_size"] = int(ranked_batch)
     acted = time.perf_counter()
     # one BLAS limit for the whole search, not one per ranked step (`single_threaded_blas`)
     with contextlib.nullcontext() if ranker is None else single_threaded_blas():
         found = run_pipeline(problem, budget, seed, params, schedule=schedule,
                              time_limit=time_limit, started=start, progress=progress,
-                             should_stop=should_stop, climb_options=None if ranker is None
-                             else dict(rank_moves=ranker, draw=RANKER_DRAW), **brkga_options)
+                             should_stop=should_stop, climb_options=climb_options,
+                             **brkga_options)
     done = time.perf_counter()
     counts = {head: np.bincount(getattr(action.choices, head),
                                 minlength=len(policy.menus[head])).tolist()

@@ -578,3 +578,38 @@ def test_regal_ranks_its_climbs_moves_with_the_shipped_ranker_and_the_twin_does_
     plain = solve("regal", problem, 1500, 2, move_ranker="none")
     assert ranked.extra["ranker_time"] > 0.0 and plain.extra["ranker_time"] == 0.0
     assert "ranker_time" not in solve("seeded-brkga", problem, 1500, 2).extra
+
+
+def test_ranked_batch_fixes_how_many_ranked_moves_a_step_evaluates(problem, monkeypatch):
+    """`regal(ranked_batch=B)`: every ranked climb step draws `RANKER_DRAW` x at most B
+    neighbours (B unless the budget's end cuts the step), where the default steps adapt
+    between 8 and 32; the budget is spent exactly, and bad values are refused by name."""
+    from regal import regal_method
+
+    sizes = []
+    load = regal_method.load_move_ranker
+
+    class Recording:
+        def __init__(self, ranker):
+            self.ranker, self.elapsed = ranker, 0.0
+
+        def rank_drawn(self, climb, drawn):
+            sizes.append(len(drawn))
+            return self.ranker.rank_drawn(climb, drawn)
+
+        def restart_now(self, climb, scores, count):
+            return self.ranker.restart_now(climb, scores, count)
+
+    monkeypatch.setattr(regal_method, "load_move_ranker",
+                        lambda which="shipped": Recording(load(which)))
+    draw = regal_method.RANKER_DRAW
+    default = solve("regal", problem, 1500, 2)
+    assert max(sizes) > draw * 5
+    sizes.clear()
+    fixed = solve("regal", problem, 1500, 2, ranked_batch=5)
+    assert fixed.evaluations == default.evaluations == 1500
+    assert sizes and max(sizes) == draw * 5 and all(s % draw == 0 for s in sizes)
+    assert sum(s == draw * 5 for s in sizes) >= len(sizes) - 6   # a step cut per climb turn
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="ranked_batch"):
+            solve("regal", problem, 300, 2, ranked_batch=bad)
