@@ -542,22 +542,41 @@ def _touches(v, i, live_producer, wait_ptr, wait_op) -> bool:
 
 @njit(cache=True)
 def _hub_live(v, k, t, tag, new_dev, prod_ptr, prod_live, waitby_ptr, waitby_live, place0,
-              wait_ptr, wait_op, live_producer, live_remote, has_waiting, live_size):
+              wait_ptr, wait_op, live_producer, live_remote, has_waiting, live_size,
+              part=0, parts=1):
     """(bytes leaving k, bytes partly leaving k) over the live tensors v touches when v alone
     moves to `new_dev[v]` (row `t`'s; only whether it is k matters), v's tag t again after.
-    Each tensor is seen once: v is not its own reader, and a tensor's readers are distinct."""
+    Each tensor is seen once: v is not its own reader, and a tensor's readers are distinct.
+    `part` of `parts`: only that share of the tensors (those it produces, then those it
+    waits on), so lanes can split one hub's (`_lane_features`; whole bytes: exact sums)."""
     tag[v] = -1
     leave = partial = 0.0
-    for h in range(2):
-        a, b = (prod_ptr[v], prod_ptr[v + 1]) if h == 0 else (waitby_ptr[v], waitby_ptr[v + 1])
-        for q in range(a, b):
-            i = prod_live[q] if h == 0 else waitby_live[q]
-            x, y = _live_tensor_leaves(i, k, -1, tag, new_dev, place0, wait_ptr, wait_op,
-                                       live_producer, live_remote, has_waiting, live_size)
-            leave += x
-            partial += y
+    produced = prod_ptr[v + 1] - prod_ptr[v]
+    total = produced + waitby_ptr[v + 1] - waitby_ptr[v]
+    for q in range(total * part // parts, total * (part + 1) // parts):
+        i = prod_live[prod_ptr[v] + q] if q < produced \
+            else waitby_live[waitby_ptr[v] + q - produced]
+        x, y = _live_tensor_leaves(i, k, -1, tag, new_dev, place0, wait_ptr, wait_op,
+                                   live_producer, live_remote, has_waiting, live_size)
+        leave += x
+        partial += y
     tag[v] = t
     return leave, partial
+
+
+@njit(cache=True)
+def _row_hub(lo, hi, ops, dev, place0, prod_ptr, waitby_ptr, out_ptr, in_ptr, hub_touches):
+    """(op, its new device) of a row's moved op that touches most (its live tensors and data
+    edges; the first of ties), when that is at least `hub_touches`; (-1, -1) if none."""
+    hub, most, hub_dev = -1, hub_touches - 1, -1
+    for p in range(lo, hi):
+        v = ops[p]
+        if dev[p] != place0[v]:
+            touches = prod_ptr[v + 1] - prod_ptr[v] + waitby_ptr[v + 1] - waitby_ptr[v] \
+                + out_ptr[v + 1] - out_ptr[v] + in_ptr[v + 1] - in_ptr[v]
+            if touches > most:
+                hub, most, hub_dev = v, touches, dev[p]
+    return hub, hub_dev
 
 
 @njit(cache=True)
@@ -642,14 +661,8 @@ def _features(base, tag, new_dev, solo_mark, solo_row, live_tag, stamp, hub_touc
         cut_size = 0.0
         # the moved op that touches most (its live tensors and data edges), when that is
         # much: its sums come from the lone move's, kept for the incumbent (`hub_*`)
-        hub, most = -1, hub_touches - 1
-        for p in range(lo, hi):
-            v = ops[p]
-            if dev[p] != place0[v]:
-                touches = prod_ptr[v + 1] - prod_ptr[v] + waitby_ptr[v + 1] - waitby_ptr[v] \
-                    + out_ptr[v + 1] - out_ptr[v] + in_ptr[v + 1] - in_ptr[v]
-                if touches > most:
-                    hub, most = v, touches
+        hub = _row_hub(lo, hi, ops, dev, place0, prod_ptr, waitby_ptr, out_ptr, in_ptr,
+                       hub_touches)[0]
         for p in range(lo, hi):
             v = ops[p]
             j, j0 = dev[p], place0[v]
@@ -855,20 +868,16 @@ def _lane_features(bounds, base, row_ptr, kind, op, value, tr0, senders0, pinned
     n_windows = n_hubs = 0
     for lane in range(lanes):
         for r in range(bounds[lane], bounds[lane + 1]):
-            hub, most, hub_dev = -1, hub_touches - 1, -1
-            for p in range(ptr[r + lane], ptr[r + lane + 1]):
+            lo, hi = ptr[r + lane], ptr[r + lane + 1]
+            for p in range(lo, hi):
                 v, j = c_op[p], c_dev[p]
-                if j == place0[v]:
-                    continue
                 key = v * d + j
-                if window_mark[key] != stamp:
+                if j != place0[v] and window_mark[key] != stamp:
                     window_mark[key] = stamp
                     windows[n_windows] = key
                     n_windows += 1
-                touches = prod_ptr[v + 1] - prod_ptr[v] + waitby_ptr[v + 1] - waitby_ptr[v] \
-                    + out_ptr[v + 1] - out_ptr[v] + in_ptr[v + 1] - in_ptr[v]
-                if touches > most:
-                    hub, most, hub_dev = v, touches, j
+            hub, hub_dev = _row_hub(lo, hi, c_op, c_dev, place0, prod_ptr, waitby_ptr, out_ptr,
+                                    in_ptr, hub_touches)
             if hub >= 0:
                 for what in (1 if hub_dev == k else 0, 2):
                     if hub_mark[what, hub] != stamp:
@@ -892,19 +901,10 @@ def _lane_features(bounds, base, row_ptr, kind, op, value, tr0, senders0, pinned
                                edge_size, hub_cut[v], hub_size[v])
                 continue
             new_dev[v] = k if what == 1 else (k + 1) % d    # only whether it is k matters
-            tag[v] = -1                                     # v alone moved (`_hub_live`)
-            produced = prod_ptr[v + 1] - prod_ptr[v]
-            total = produced + waitby_ptr[v + 1] - waitby_ptr[v]
-            leave = partial = 0.0
-            for q in range(total * lane // lanes, total * (lane + 1) // lanes):
-                t = prod_live[prod_ptr[v] + q] if q < produced \
-                    else waitby_live[waitby_ptr[v] + q - produced]
-                x, y = _live_tensor_leaves(t, k, -1, tag, new_dev, place0, wait_ptr, wait_op,
-                                           live_producer, live_remote, has_waiting, live_size)
-                leave += x
-                partial += y
-            tag[v] = 0
-            sums[lane, i, 0], sums[lane, i, 1] = leave, partial
+            sums[lane, i, 0], sums[lane, i, 1] = _hub_live(
+                v, k, 0, tag, new_dev, prod_ptr, prod_live, waitby_ptr, waitby_live, place0,
+                wait_ptr, wait_op, live_producer, live_remote, has_waiting, live_size, lane,
+                lanes)
     for i in range(n_hubs):
         v, what = hubs[i] // 3, hubs[i] % 3
         if what < 2:
