@@ -167,3 +167,65 @@ class ReferenceMoves(Moves):
             batch.append(candidate)
         return np.stack(batch)
 
+
+
+def reference_peak_facts(problem, placement, priority, transfer):
+    """`regal.search.moves.peak_facts` in numpy, as it was before it was compiled: a dict of
+    the same fields (the compiled one must equal it, tests/test_climb.py)."""
+    from regal.search.moves import _critical_device
+    from regal.sim import trace
+
+    graph = problem.graph
+    n, t = graph.num_nodes, graph.num_tensors
+    tr = trace(graph, problem.devices, placement, priority, transfer)
+    peaks = np.asarray(tr.result.peak, dtype=np.int64)
+    k = _critical_device(problem, peaks)
+    times, live_bytes = tr.memory[k]
+    at = float(times[int(np.argmax(live_bytes))]) if len(times) else 0.0
+    start, end = tr.op_start, tr.op_end
+    placement = np.asarray(placement)
+
+    producer = graph.tensor_producer
+    home = placement[producer]
+    edge_tensor = np.repeat(np.arange(t), np.diff(graph.consumer_ptr))
+    consumer = graph.consumer
+    # producer-side copy: freed when the producer, its local consumers and its transfers end
+    local = placement[consumer] == home[edge_tensor]
+    free = end[producer].copy()
+    np.maximum.at(free, edge_tensor[local], end[consumer[local]])
+    if len(tr.transfer_tensor):
+        np.maximum.at(free, tr.transfer_tensor, tr.transfer_end)
+    free[np.diff(graph.consumer_ptr) == 0] = np.inf         # graph outputs stay live
+    own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0)
+    live_home = (home == k) & (start[producer] <= at) & (free > at) & (own > 0)
+    tensors = [np.flatnonzero(live_home)]
+    sizes = [own[live_home]]
+    # copies transferred onto k: live from the transfer's start to the last consumer there
+    into = np.flatnonzero(tr.transfer_dst == k)
+    if len(into):
+        remote_free = np.full(t, -np.inf)
+        on_k = placement[consumer] == k
+        np.maximum.at(remote_free, edge_tensor[on_k], end[consumer[on_k]])
+        tensor_in = tr.transfer_tensor[into]
+        live = (tr.transfer_start[into] <= at) & (remote_free[tensor_in] > at) \
+            & (graph.tensor_size[tensor_in] > 0)
+        tensors.append(tensor_in[live])
+        sizes.append(graph.tensor_size[tensor_in[live]])
+    remote = np.concatenate([np.full(len(part), i > 0) for i, part in enumerate(tensors)])
+    mine = placement == k
+    running = mine & (start <= at) & ((end > at) | (start == at))
+    holds = graph.persistent_memory + np.where(running, graph.temporary_memory, 0)
+    ops = np.flatnonzero(mine & (holds > 0))
+    position = np.zeros(n, np.int64)
+    orders = []
+    for device in range(problem.devices.count):
+        ops_d = np.flatnonzero(placement == device)
+        ops_d = ops_d[np.lexsort((ops_d, start[ops_d]))]
+        position[ops_d] = np.arange(len(ops_d))
+        orders.append(ops_d)
+    tensor_bytes = np.concatenate(sizes).astype(np.float64)
+    op_bytes = holds[ops].astype(np.float64)
+    return dict(device=k, time=at, tensors=np.concatenate(tensors), tensor_bytes=tensor_bytes,
+                remote=remote, ops=ops, op_bytes=op_bytes, order=orders[k], orders=orders,
+                position=position, start=start, end=end, peaks=peaks,
+                weights=np.cumsum(np.concatenate([tensor_bytes, op_bytes])))

@@ -16,7 +16,7 @@ from regal.search import climb as local_search
 from regal.search.moves import peak_facts
 from regal.search.starts import HEURISTICS, initial_solutions
 from regal import synth
-from regal.decode import encode
+from regal.decode import decode, encode
 from regal.graph_builder import GraphBuilder
 from regal.optimizers import Problem, solve
 from regal.sim import DeviceSpec, evaluate
@@ -152,6 +152,33 @@ def test_peak_facts_name_the_live_tensors():
     assert facts.device == 0 and facts.peaks.tolist() == [200, 0]
     assert sorted(facts.tensors.tolist()) == [0, 1] and facts.tensor_bytes.tolist() == [100, 100]
     assert not facts.remote.any()
+
+
+@pytest.mark.parametrize("case", range(10))
+def test_peak_facts_equal_the_numpy_reference(case):
+    """The compiled listing (`moves._live_at`) gives every field of the numpy code it
+    replaced (tests/move_reference.py), dtype for dtype, on random solutions of the drawing
+    cases (1-4 devices, groups and pins, per-device limits, transfers in and out)."""
+    from move_reference import reference_peak_facts
+
+    problem = drawing_cases()[case]
+    graph, d = problem.graph, problem.devices.count
+    rng = np.random.default_rng(case)
+    n = graph.num_nodes
+    for _ in range(6):
+        keys = rng.random((1, n * (d + 2)))
+        placement, priority, transfer = decode(keys, graph, problem.devices)
+        facts, want = peak_facts(problem, placement[0], priority[0], transfer[0]), \
+            reference_peak_facts(problem, placement[0], priority[0], transfer[0])
+        assert facts.device == want["device"] and facts.time == want["time"]
+        for field in ("tensors", "tensor_bytes", "remote", "ops", "op_bytes", "order",
+                      "position", "start", "end", "peaks", "weights"):
+            got = getattr(facts, field)
+            assert got.dtype == want[field].dtype, field
+            np.testing.assert_array_equal(got, want[field], err_msg=field)
+        assert len(facts.orders) == d
+        for got, expected in zip(facts.orders, want["orders"]):
+            np.testing.assert_array_equal(got, expected)
 
 
 def test_peak_directed_move_finds_the_optimum():

@@ -278,7 +278,9 @@ class Climb:
             self.used += cost
             self.steps += 1
             j = int(np.lexsort(keys.T[::-1])[0])
-            better = int(sum(tuple(row) < self.current_key for row in keys))
+            value, secondary = self.current_key          # lexicographic, as tuples compare
+            better = int(np.count_nonzero((keys[:, 0] < value)
+                                          | ((keys[:, 0] == value) & (keys[:, 1] < secondary))))
             self.last_improved = tuple(keys[j]) < self.current_key
             if self.last_improved:
                 self.current, self.current_key = candidates[j].copy(), tuple(keys[j])

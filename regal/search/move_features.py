@@ -350,13 +350,13 @@ def _csr_kernel(keys, n, values):
 
 def _curves(traced) -> tuple:
     """A trace's memory curves, device after device: (ptr [d + 1], times, live bytes)."""
-    parts = [(np.asarray(times, np.float64), np.asarray(live, np.float64))
-             for times, live in traced.memory]
-    ptr = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum([len(times) for times, _ in parts], out=ptr[1:])
-    if not parts:
+    memory = traced.memory
+    ptr = np.zeros(len(memory) + 1, np.int64)
+    np.cumsum([len(times) for times, _ in memory], out=ptr[1:])
+    if not memory:
         return ptr, np.zeros(0), np.zeros(0)
-    return ptr, np.concatenate([t for t, _ in parts]), np.concatenate([x for _, x in parts])
+    return (ptr, np.concatenate([times for times, _ in memory]).astype(np.float64, copy=False),
+            np.concatenate([live for _, live in memory]).astype(np.float64))
 
 
 @njit(cache=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 
 import numpy as np
+from numba import njit
 
 from regal.decode import order_priority, split
 from regal.optimizers import Problem
@@ -31,15 +32,33 @@ def descending_order(values: np.ndarray) -> np.ndarray:
     10,000-op graph the two sorts per incumbent were half of the drawing's time. Any other
     values are sorted."""
     values = np.asarray(values, np.float64)
-    n = len(values)
-    if n > 1:
-        rank = np.rint((1.0 - values) * (n - 1))
-        if rank.min() >= 0 and rank.max() <= n - 1:
-            order = np.full(n, -1, np.int64)
-            order[rank.astype(np.int64)] = np.arange(n)
-            if order.min() >= 0 and (np.diff(values[order]) < 0).all():
-                return order
+    order = _evenly_spaced_order(values)
+    if len(order) == len(values):
+        return order
     return np.argsort(-values, kind="stable").astype(np.int64)
+
+
+@njit(cache=True)
+def _evenly_spaced_order(values):
+    """The descending order of `values` read off them when they are `rerank`ed keys (rank
+    `rint((1 - value) * (n - 1))` a permutation with values strictly falling along it), else
+    an empty array. Compiled: the numpy of it was most of its time on small graphs."""
+    n = len(values)
+    if n <= 1:
+        return np.zeros(0, np.int64)
+    order = np.full(n, -1, np.int64)
+    for v in range(n):
+        rank = np.rint((1.0 - values[v]) * (n - 1))
+        if not (rank >= 0 and rank <= n - 1):          # also false for NaN
+            return np.zeros(0, np.int64)
+        order[int(rank)] = v
+    for i in range(n):
+        if order[i] < 0:
+            return np.zeros(0, np.int64)
+    for i in range(n - 1):
+        if not values[order[i + 1]] < values[order[i]]:
+            return np.zeros(0, np.int64)
+    return order
 
 
 
@@ -53,7 +72,8 @@ class PeakFacts:
     `tensors` [m] ids of tensor copies live on `device` at `time`, `tensor_bytes` [m] their
     sizes, `remote` [m] True for a copy transferred in (producer on another device);
     `ops` [k] ops holding persistent or temporary bytes there then, `op_bytes` [k];
-    `orders[k]` the ops of device k in execution order (`order` = `orders[device]`),
+    `orders[k]` the ops of device k in execution order (`order` = `orders[device]`; all of
+    them as `order_ops[order_ptr[k]:order_ptr[k + 1]]`),
     `position` [n] each op's index in its device's execution order; `start`, `end` [n] op
     times; `peaks` [d]; `weights` the running sum of the tensors' then the ops' bytes;
     `trace` the incumbent's `regal.sim.Trace` (its memory curves, for a move ranker).
@@ -77,60 +97,108 @@ def peak_facts(problem: Problem, placement, priority, transfer) -> PeakFacts:
     from regal.sim import trace
 
     graph = problem.graph
-    n, t = graph.num_nodes, graph.num_tensors
     tr = trace(graph, problem.devices, placement, priority, transfer)
     peaks = np.asarray(tr.result.peak, dtype=np.int64)
     k = _critical_device(problem, peaks)
     times, live_bytes = tr.memory[k]
     at = float(times[int(np.argmax(live_bytes))]) if len(times) else 0.0
-    start, end = tr.op_start, tr.op_end
-    placement = np.asarray(placement)
-
-    producer = graph.tensor_producer
-    home = placement[producer]
-    edge_tensor = np.repeat(np.arange(t), np.diff(graph.consumer_ptr))
-    consumer = graph.consumer
-    # producer-side copy: freed when the producer, its local consumers and its transfers end
-    local = placement[consumer] == home[edge_tensor]
-    free = end[producer].copy()
-    np.maximum.at(free, edge_tensor[local], end[consumer[local]])
-    if len(tr.transfer_tensor):
-        np.maximum.at(free, tr.transfer_tensor, tr.transfer_end)
-    free[np.diff(graph.consumer_ptr) == 0] = np.inf         # graph outputs stay live
-    own = np.where(graph.tensor_alias < 0, graph.tensor_size, 0)
-    live_home = (home == k) & (start[producer] <= at) & (free > at) & (own > 0)
-    tensors = [np.flatnonzero(live_home)]
-    sizes = [own[live_home]]
-    # copies transferred onto k: live from the transfer's start to the last consumer there
-    into = np.flatnonzero(tr.transfer_dst == k)
-    if len(into):
-        remote_free = np.full(t, -np.inf)
-        on_k = placement[consumer] == k
-        np.maximum.at(remote_free, edge_tensor[on_k], end[consumer[on_k]])
-        tensor_in = tr.transfer_tensor[into]
-        live = (tr.transfer_start[into] <= at) & (remote_free[tensor_in] > at) \
-            & (graph.tensor_size[tensor_in] > 0)
-        tensors.append(tensor_in[live])
-        sizes.append(graph.tensor_size[tensor_in[live]])
-    remote = np.concatenate([np.full(len(part), i > 0) for i, part in enumerate(tensors)])
-    mine = placement == k
-    running = mine & (start <= at) & ((end > at) | (start == at))
-    holds = graph.persistent_memory + np.where(running, graph.temporary_memory, 0)
-    ops = np.flatnonzero(mine & (holds > 0))
-    position = np.zeros(n, np.int64)
-    orders = []
-    for device in range(problem.devices.count):
-        ops_d = np.flatnonzero(placement == device)
-        ops_d = ops_d[np.lexsort((ops_d, start[ops_d]))]
-        position[ops_d] = np.arange(len(ops_d))
-        orders.append(ops_d)
-    tensor_bytes = np.concatenate(sizes).astype(np.float64)
-    op_bytes = holds[ops].astype(np.float64)
-    return PeakFacts(device=k, time=at, tensors=np.concatenate(tensors),
+    placement = np.asarray(placement, np.int32)
+    tensors, sizes, remote, ops, held, order_ptr, order_ops, position = _live_at(
+        placement, tr.op_start, tr.op_end, graph.tensor_producer, graph.consumer_ptr,
+        graph.consumer, graph.tensor_size, graph.tensor_alias, graph.persistent_memory,
+        graph.temporary_memory, tr.transfer_tensor, tr.transfer_dst, tr.transfer_start,
+        tr.transfer_end, k, at, problem.devices.count)
+    orders = [order_ops[order_ptr[j]:order_ptr[j + 1]] for j in range(problem.devices.count)]
+    tensor_bytes = sizes.astype(np.float64)
+    op_bytes = held.astype(np.float64)
+    return PeakFacts(device=k, time=at, tensors=tensors,
                      tensor_bytes=tensor_bytes, remote=remote, ops=ops, op_bytes=op_bytes,
-                     order=orders[k], orders=orders, position=position, start=start, end=end,
-                     peaks=peaks, weights=np.cumsum(np.concatenate([tensor_bytes, op_bytes])),
-                     trace=tr)
+                     order=orders[k], orders=orders, order_ptr=order_ptr, order_ops=order_ops,
+                     position=position, start=tr.op_start,
+                     end=tr.op_end, peaks=peaks,
+                     weights=np.cumsum(np.concatenate([tensor_bytes, op_bytes])), trace=tr)
+
+
+@njit(cache=True)
+def _live_at(placement, start, end, producer, consumer_ptr, consumer, size, alias, persistent,
+             temporary, transfer_tensor, transfer_dst, transfer_start, transfer_end, k, at, d):
+    """What `peak_facts` lists, compiled (the numpy of it took most of a climb's time per
+    accepted move on graphs of a few hundred ops): the tensor copies live on device `k` at
+    instant `at` (those produced there, ascending, then the copies transferred in, in
+    transfer order), their bytes and which are remote; the ops on k holding persistent or
+    running temporary bytes then, and those bytes; each device's ops in execution order
+    ((start, id): `order_ops[order_ptr[j]:order_ptr[j + 1]]`) and each op's place in it.
+
+    A tensor produced on k is live from its producer's start while its producer, a local
+    consumer or one of its transfers has not ended (a graph output for ever); a copy
+    transferred onto k from the transfer's start until its last consumer on k ends."""
+    n, t, m = len(placement), len(producer), len(transfer_tensor)
+    free = np.empty(t)
+    for x in range(t):
+        v = producer[x]
+        f = end[v]
+        if consumer_ptr[x + 1] == consumer_ptr[x]:
+            f = np.inf                                       # a graph output stays live
+        else:
+            for e in range(consumer_ptr[x], consumer_ptr[x + 1]):
+                c = consumer[e]
+                if placement[c] == placement[v] and end[c] > f:
+                    f = end[c]
+        free[x] = f
+    for i in range(m):
+        x = transfer_tensor[i]
+        if consumer_ptr[x + 1] > consumer_ptr[x] and transfer_end[i] > free[x]:
+            free[x] = transfer_end[i]
+    tensors = np.empty(t + m, np.int64)
+    sizes = np.empty(t + m, np.int64)
+    remote = np.zeros(t + m, np.bool_)
+    count = 0
+    for x in range(t):
+        v = producer[x]
+        own = size[x] if alias[x] < 0 else 0
+        if placement[v] == k and start[v] <= at and free[x] > at and own > 0:
+            tensors[count], sizes[count] = x, own
+            count += 1
+    for i in range(m):
+        if transfer_dst[i] != k:
+            continue
+        x = transfer_tensor[i]
+        last = -np.inf
+        for e in range(consumer_ptr[x], consumer_ptr[x + 1]):
+            c = consumer[e]
+            if placement[c] == k and end[c] > last:
+                last = end[c]
+        if transfer_start[i] <= at and last > at and size[x] > 0:
+            tensors[count], sizes[count], remote[count] = x, size[x], True
+            count += 1
+    ops = np.empty(n, np.int64)
+    held = np.empty(n, np.int64)
+    found = 0
+    for v in range(n):
+        if placement[v] != k:
+            continue
+        holds = persistent[v]
+        if start[v] <= at and (end[v] > at or start[v] == at):
+            holds += temporary[v]
+        if holds > 0:
+            ops[found], held[found] = v, holds
+            found += 1
+    by_start = np.argsort(start, kind="mergesort")       # stable: ties by id
+    order_ptr = np.zeros(d + 1, np.int64)
+    for v in range(n):
+        order_ptr[placement[v] + 1] += 1
+    for j in range(d):
+        order_ptr[j + 1] += order_ptr[j]
+    fill = order_ptr[:d].copy()
+    order_ops = np.empty(n, np.int64)
+    position = np.empty(n, np.int64)
+    for v in by_start:
+        j = placement[v]
+        order_ops[fill[j]] = v
+        position[v] = fill[j] - order_ptr[j]
+        fill[j] += 1
+    return (tensors[:count], sizes[:count], remote[:count], ops[:found], held[:found],
+            order_ptr, order_ops, position)
 
 
 # ---------------------------------------------------------------------------
@@ -303,16 +371,12 @@ class Moves:
                       np.zeros(d), limits, self.limits is not None, 0.0, np.zeros(n),
                       np.zeros(n, np.int64), np.zeros(d + 1, np.int64), empty_i)
         else:
-            orders = [np.asarray(o, np.int64) for o in f.orders]
-            order_ptr = np.zeros(d + 1, np.int64)
-            np.cumsum([len(o) for o in orders], out=order_ptr[1:])
             weights = np.asarray(f.weights, np.float64)
             arrays = (True, int(f.device), weights if len(weights) else np.zeros(1),
                       np.asarray(f.tensors, np.int64), np.asarray(f.remote, np.bool_),
                       np.asarray(f.ops, np.int64), np.asarray(f.peaks, np.float64), limits,
                       self.limits is not None, float(f.time), np.asarray(f.end, np.float64),
-                      np.asarray(f.position, np.int64), order_ptr,
-                      np.concatenate(orders) if orders else np.zeros(0, np.int64))
+                      np.asarray(f.position, np.int64), f.order_ptr, f.order_ops)
         self._peak_cache = (f, arrays)
         return arrays
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -25,18 +26,27 @@ _PREPARED: "OrderedDict[tuple, tuple]" = OrderedDict()
 _PREPARED_MAX = 8
 
 
-def _prepared(graph, devices: DeviceSpec) -> tuple:
-    """Static arrays for (graph, links, speeds), cached for the last few graphs."""
-    key = (id(graph), *devices.speed_key())
+class _Prepared(NamedTuple):
+    static: tuple        # the kernel's arrays (`kernel.prepare`)
+    offset: float        # `infeasible_offset`
+    constrained: bool    # graph.constrained
+
+
+def _prepared(graph, devices: DeviceSpec) -> _Prepared:
+    """What every call on (graph, device count, links, speeds) reads, cached for the last few:
+    on a graph of a hundred ops a climb's call simulates in tens of microseconds, and
+    recomputing these took as long."""
+    key = (id(graph), devices.count, *devices.speed_key())
     hit = _PREPARED.get(key)
     if hit is not None and hit[0] is graph:
         _PREPARED.move_to_end(key)
         return hit[1]
-    static = kernel.prepare(graph, devices)
-    _PREPARED[key] = (graph, static)  # holding the graph keeps id(graph) unique
+    prepared = _Prepared(kernel.prepare(graph, devices), infeasible_offset(graph, devices),
+                         bool(graph.constrained))
+    _PREPARED[key] = (graph, prepared)  # holding the graph keeps id(graph) unique
     if len(_PREPARED) > _PREPARED_MAX:
         _PREPARED.popitem(last=False)
-    return static
+    return prepared
 
 
 def _check_devices(devices) -> DeviceSpec:
@@ -171,12 +181,12 @@ def _check_priority(name: str, values, n: int) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def _check_constraints(graph, dev: np.ndarray, d: int) -> None:
+def _check_constraints(graph, dev: np.ndarray, d: int, constrained: bool) -> None:
     """SIM_RULES 13: pins within 0..d-1; every op on its group leader's device and its pin."""
     from regal.decode import colocation_violation
     from regal.graph import check_pins
 
-    if not graph.constrained:
+    if not constrained:
         return
     check_pins(graph.names, graph.pinned, d)
     bad = colocation_violation(graph, dev)
@@ -188,17 +198,17 @@ def _run_one(graph, devices, placement, priority, transfer_priority, record: boo
     devices = _check_devices(devices)
     n, d = graph.num_nodes, devices.count
     dev = _check_placement(placement, n, d)
-    _check_constraints(graph, dev, d)
+    prepared = _prepared(graph, devices)
+    _check_constraints(graph, dev, d, prepared.constrained)
     prio = _check_priority("priority", priority, n)
     tprio = _check_priority("transfer_priority", transfer_priority, n)
-    static = _prepared(graph, devices)
-    makespan, peak, work = kernel.simulate_one(static, d, dev, prio, tprio, record)
+    makespan, peak, work = kernel.simulate_one(prepared.static, d, dev, prio, tprio, record)
     if makespan < 0:
         raise RuntimeError("simulator bug: not every op ran; please report the graph")
     limits = devices.limits
     feasible = True if limits is None else bool(np.all(peak <= limits))
     result = SimResult(peak=peak, makespan=float(makespan), feasible=feasible,
-                       devices=devices, offset=infeasible_offset(graph, devices))
+                       devices=devices, offset=prepared.offset)
     return result, dev, work
 
 
@@ -219,8 +229,11 @@ def trace(graph, devices: DeviceSpec, placement, priority, transfer_priority) ->
     mem_t = work[kernel.W_MEM_T][:points]
     mem_d = work[kernel.W_MEM_D][:points]
     mem_v = work[kernel.W_MEM_V][:points]
-    memory = tuple((mem_t[mem_d == k].copy(), mem_v[mem_d == k].copy())
-                   for k in range(devices.count))
+    # each device's points in event order: one stable sort by device, cut at the counts
+    by_device = np.argsort(mem_d, kind="stable")
+    times, live = mem_t[by_device], mem_v[by_device]
+    cuts = [0, *np.cumsum(np.bincount(mem_d, minlength=devices.count)).tolist()]
+    memory = tuple((times[a:b], live[a:b]) for a, b in zip(cuts, cuts[1:]))
     return Trace(result=result, op_device=dev, op_start=work[kernel.W_OP_START].copy(),
                  op_end=work[kernel.W_OP_END].copy(), transfer_tensor=tensor,
                  transfer_src=dev[graph.tensor_producer[tensor]].astype(np.int32),
@@ -258,27 +271,27 @@ def evaluate(graph, devices: DeviceSpec, keys, objective: str = "peak_memory",
     pop = keys.shape[0]
     peaks = np.empty((pop, d), dtype=np.int64)
     makespans = np.empty(pop, dtype=np.float64)
-    constrained = graph.constrained
-    if constrained:
+    prepared = _prepared(graph, devices)
+    if prepared.constrained:
         from regal.graph import check_pins
         check_pins(graph.names, graph.pinned, d)
     if pop:
-        static = _prepared(graph, devices)
         previous = numba.get_num_threads()
         use = previous if threads is None else int(threads)
-        numba.set_num_threads(use)
+        if use != previous:
+            numba.set_num_threads(use)
         try:
-            if constrained:  # SIM_RULES 13: groups decided by their leader's row or pin
-                kernel.evaluate_batch_grouped(static, graph.colocation, graph.pinned, d, keys,
-                                              min(pop, use), peaks, makespans)
+            if prepared.constrained:  # SIM_RULES 13: groups decided by their leader's row or pin
+                kernel.evaluate_batch_grouped(prepared.static, graph.colocation, graph.pinned, d,
+                                              keys, min(pop, use), peaks, makespans)
             else:
-                kernel.evaluate_batch(static, d, keys, min(pop, use), peaks, makespans)
+                kernel.evaluate_batch(prepared.static, d, keys, min(pop, use), peaks, makespans)
         finally:
-            numba.set_num_threads(previous)
+            if use != previous:
+                numba.set_num_threads(previous)
         if (makespans < 0).any():
             raise RuntimeError("simulator bug: not every op ran; please report the graph")
-    values = objective_values(objective, peaks, makespans, devices,
-                              infeasible_offset(graph, devices))
+    values = objective_values(objective, peaks, makespans, devices, prepared.offset)
     if return_details:
         return values, peaks, makespans
     return values
