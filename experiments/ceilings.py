@@ -31,7 +31,9 @@ it asks whether the chain tells the climbs something the ranker's features do no
 And one of how many ranked moves a step should evaluate: `policy-batch-8` is `regal` whose
 ranked climb steps evaluate 8 of the 32 drawn (`ranked_batch=8`; the climb's own batch
 adapts between 8 and 32), `twin-batch-8` the twin's climbs with the same fixed batch, so
-that what the batch gives without the ranking is measured beside it.
+that what the batch gives without the ranking is measured beside it; `policy-opening-8`
+caps that batch at 8 only for each ranked climb's first 10 evaluations per op (then it
+adapts between 8 and 32 again), `twin-opening-8` the same on the twin's climbs.
 
 Objectives: peak memory, and running time with every device under a memory limit of
 `--limit-factor` (1.2) x the reference heuristics' best peak (the transfer tables' rule for
@@ -77,6 +79,10 @@ ARMS = {
     "ranker-chain": {"ranker": "chain"},   # ... with moves of the critical chain first
     "policy-batch-8": {"regal": {"ranked_batch": 8}},   # `regal`, ranked steps of 8
     "twin-batch-8": {"climb_options": {"batch_size": 8}},  # its placebo: the twin's, of 8
+    # `regal` whose ranked climbs take steps of at most 8 for their first 10 evaluations per
+    # op, and its placebo
+    "policy-opening-8": {"regal": {"ranked_opening": (8, 10)}},
+    "twin-opening-8": {"climb_options": {"opening": (8, 10)}},
 }
 SCHEDULE_GRID = (TWIN, "brkga-only", "brkga-50", "brkga-3", "one-climb", "four-fresh",
                  "population-50")
@@ -224,7 +230,9 @@ LEVERS = {"move-oracle-4": "move guidance, oracle of 4", "move-oracle-16": "move
           "ranker": "move guidance, the shipped ranker",
           "ranker-chain": "the shipped ranker, critical chain first",
           "policy-batch-8": "regal with ranked steps of 8 (probe)",
-          "twin-batch-8": "the twin with steps of 8 (its placebo)"}
+          "twin-batch-8": "the twin with steps of 8 (its placebo)",
+          "policy-opening-8": "regal, ranked steps of at most 8 for 10 evaluations per op (probe)",
+          "twin-opening-8": "the twin with that opening (its placebo)"}
 
 
 def lever_gains(rows: list[dict]) -> dict:

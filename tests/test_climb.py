@@ -181,6 +181,38 @@ def test_peak_facts_equal_the_numpy_reference(case):
             np.testing.assert_array_equal(got, expected)
 
 
+def test_opening_caps_the_batch_for_the_first_evaluations_per_op(monkeypatch):
+    """`Climb(opening=(B, E))`: every step taken before the climb has spent E x n evaluations
+    evaluates at most B neighbours, later steps adapt up to `batch_size` again; E = 0 is no
+    opening (the same climb, step for step), and bad openings are refused by name."""
+    graph = synth.random_dag(60, 5)
+    problem = Problem(graph, DeviceSpec(4))
+    n = graph.num_nodes
+    steps = []
+    drawn = local_search.Climb._drawn
+
+    def recording(self, count):
+        steps.append((self.used, count))
+        return drawn(self, count)
+
+    monkeypatch.setattr(local_search.Climb, "_drawn", recording)
+    plain = local_search.Climb(problem, 2500, 3, heuristics=()).run(2500)
+    plain_steps, steps[:] = list(steps), []
+    assert max(count for _, count in plain_steps) > 5
+    zero = local_search.Climb(problem, 2500, 3, heuristics=(), opening=(5, 0)).run(2500)
+    assert steps == plain_steps and zero.best_key == plain.best_key
+    steps.clear()
+    opened = local_search.Climb(problem, 2500, 3, heuristics=(), opening=(5, 15)).run(2500)
+    early = [count for used, count in steps if used < 15 * n]
+    late = [count for used, count in steps if used >= 15 * n]
+    assert early and max(early) <= 5
+    assert late and max(late) > 5
+    assert opened.used == 2500
+    for bad in ((0, 10), (2.5, 10), (True, 10), (8, -1), (8, float("nan")), 8, (8,)):
+        with pytest.raises(ValueError, match="opening"):
+            local_search.Climb(problem, 300, 0, heuristics=(), opening=bad)
+
+
 def test_peak_directed_move_finds_the_optimum():
     graph, _ = _two_tensors_forced_together()
     problem = Problem(graph, DeviceSpec(2))

@@ -583,7 +583,8 @@ def test_regal_ranks_its_climbs_moves_with_the_shipped_ranker_and_the_twin_does_
 def test_ranked_batch_fixes_how_many_ranked_moves_a_step_evaluates(problem, monkeypatch):
     """`regal(ranked_batch=B)`: every ranked climb step draws `RANKER_DRAW` x at most B
     neighbours (B unless the budget's end cuts the step), where the default steps adapt
-    between 8 and 32; the budget is spent exactly, and bad values are refused by name."""
+    between 8 and 32; the budget is spent exactly, and bad values are refused by name. So
+    does `ranked_opening=(B, E)` while a climb has spent fewer than E evaluations per op."""
     from regal import regal_method
 
     sizes = []
@@ -613,3 +614,10 @@ def test_ranked_batch_fixes_how_many_ranked_moves_a_step_evaluates(problem, monk
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="ranked_batch"):
             solve("regal", problem, 300, 2, ranked_batch=bad)
+    # an opening that never ends caps every ranked step at its batch (steps adapt below it)
+    sizes.clear()
+    opened = solve("regal", problem, 1500, 2, ranked_opening=(5, 1e9))
+    assert opened.evaluations == 1500 and sizes and max(sizes) <= draw * 5
+    for bad in ((0, 10), (5, -1), 5, "8,10"):
+        with pytest.raises(ValueError, match="opening"):
+            solve("regal", problem, 300, 2, ranked_opening=bad)

@@ -32,7 +32,10 @@ tensors live on it at one instant, a few percent of the ops. So:
    best neighbour if it is strictly better (batched first improvement). "Better" is
    lexicographic: the objective, then the sum of device peaks (peak memory) or the largest
    peak (makespan), so moves that lower a non-critical device are kept on plateaus. The batch
-   shrinks while improvements are common and grows when they are rare. A neighbour whose
+   shrinks while improvements are common and grows when they are rare; an `opening`
+   (batch, evaluations per op) caps it for the climb's first evaluations (a ranked climb
+   gains most from small steps drawn again after each accepted move while improvements are
+   easy, `data/policy/README.md`). A neighbour whose
    schedule was scored before (`regal.decode.schedule_digests`: same placement, same order
    on every device and channel) is looked up, not evaluated again: a fifth to a third of
    all neighbours are such repeats (swapping the priorities of ops on different devices
@@ -74,7 +77,7 @@ from regal.search.moves import Moves, peak_facts, rerank
 from regal.search.starts import (default_heuristics, given_starts, heuristic_starts,
                                  initial_solutions)
 
-__all__ = ["Climb", "local_search", "REPEATS_PER_EVALUATION"]
+__all__ = ["Climb", "local_search", "check_opening", "REPEATS_PER_EVALUATION"]
 
 # neighbours that repeat a scored schedule cost no evaluation but still take time: once this
 # many per evaluation of the budget were free, the search stops (checked between batches), so
@@ -87,6 +90,20 @@ def _secondary(objective: str, peaks: np.ndarray) -> np.ndarray:
         else peaks.max(axis=1).astype(np.float64)
 
 
+def check_opening(opening) -> tuple[int, float]:
+    """`opening` as (batch, evaluations per op), or a ValueError that names what is wrong."""
+    try:
+        batch, per_op = opening
+        ok = isinstance(batch, (int, np.integer)) and not isinstance(batch, bool) \
+            and batch >= 1 and float(per_op) >= 0.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"opening must be (a positive integer batch, evaluations per op >= 0), "
+                         f"got {opening!r}")
+    return int(batch), float(per_op)
+
+
 class Climb:
     """One local-search lineage that can be advanced a share at a time (`run`): its incumbent,
     best, batch size, patience and the schedules it has scored persist between calls, so a
@@ -97,6 +114,8 @@ class Climb:
 
     The constructor scores the starts (model-free constructions, `initial`, then the
     registry's `heuristics`), at most `budget` evaluations; `solve` documents the options.
+    `opening` (batch, evaluations per op), when given, caps the batch at that batch until
+    the climb has spent that many evaluations per op of the graph (`batch_size`).
     `known`, a dict shared by climbs of one problem, keeps the answers of the `SEEDLESS`
     heuristics so that they run once (m-ETF takes a quarter second on 1,000 ops); each
     climb still counts their evaluations, so sharing changes no answer.
@@ -105,7 +124,8 @@ class Climb:
     def __init__(self, problem: Problem, budget: int, seed: int = 0, *, batch_size: int = 32,
                  patience: int | None = None, heuristics=None, etf_max_ops: int = 1000,
                  directed: float = 0.85, initial=None, should_stop=None,
-                 known: dict | None = None, rank_moves=None, draw: int = 1) -> None:
+                 known: dict | None = None, rank_moves=None, draw: int = 1,
+                 opening: tuple[int, float] | None = None) -> None:
         check_budget(budget)
         if int(draw) != draw or draw < 1:
             raise ValueError(f"draw must be a positive integer, got {draw}")
@@ -118,7 +138,12 @@ class Climb:
             raise ValueError(f"directed must be in [0, 1], got {directed}")
         graph, devices = problem.graph, problem.devices
         n, d = graph.num_nodes, devices.count
-        self.problem, self.seed, self.batch_size, self.directed = problem, seed, batch_size, directed
+        self.problem, self.seed, self.directed = problem, seed, directed
+        self.largest_batch = batch_size
+        if opening is not None:
+            batch, per_op = check_opening(opening)
+            opening = (batch, per_op * n)
+        self.opening = opening             # (batch, evaluations) or None
         self.patience = max(4 * batch_size, n) if patience is None else int(patience)
         if self.patience < 1:
             raise ValueError(f"patience must be positive, got {self.patience}")
@@ -157,12 +182,21 @@ class Climb:
         self.best, self.best_key = self.current.copy(), self.current_key
         self.initial_value, self.start_name = self.current_key[0], names[i]
         self._refresh(self.current)
-        self.batch = min(16, batch_size)
+        self.batch = min(16, self.batch_size)
         self.stale = self.restarts = self.steps = self.accepted = 0
         # what a restart gate reads (`restart_now`): evaluated steps without improvement since
         # the last improvement or kick, whether the last evaluated step improved; and how
         # many steps it called off
         self.fail_run, self.last_improved, self.gated = 0, False, 0
+
+    @property
+    def batch_size(self) -> int:
+        """The largest batch a step may evaluate now: `largest_batch`, or in the climb's
+        opening (`opening`: while it has spent fewer than its evaluations) at most the
+        opening's batch (the batch adapts within it; a restart gate reads it too)."""
+        if self.opening is not None and self.used < self.opening[1]:
+            return min(self.opening[0], self.largest_batch)
+        return self.largest_batch
 
     @property
     def value(self) -> float:
