@@ -1,6 +1,7 @@
 """The Python moves of a climb, as they were before they were compiled
 (`regal.search.draw_kernel`): the reference the compiled drawing must equal, key for key and
-draw for draw (tests/test_climb.py). Like tests/sim_reference.py, deliberately plain."""
+draw for draw (tests/test_climb.py); and the numpy listing of what is live at the peak that
+`regal.search.moves.peak_facts` compiled. Like tests/sim_reference.py, deliberately plain."""
 
 from __future__ import annotations
 

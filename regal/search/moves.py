@@ -61,7 +61,6 @@ def _evenly_spaced_order(values):
     return order
 
 
-
 # ---------------------------------------------------------------------------
 # where the peak is
 
@@ -114,8 +113,7 @@ def peak_facts(problem: Problem, placement, priority, transfer) -> PeakFacts:
     return PeakFacts(device=k, time=at, tensors=tensors,
                      tensor_bytes=tensor_bytes, remote=remote, ops=ops, op_bytes=op_bytes,
                      order=orders[k], orders=orders, order_ptr=order_ptr, order_ops=order_ops,
-                     position=position, start=tr.op_start,
-                     end=tr.op_end, peaks=peaks,
+                     position=position, start=tr.op_start, end=tr.op_end, peaks=peaks,
                      weights=np.cumsum(np.concatenate([tensor_bytes, op_bytes])), trace=tr)
 
 
