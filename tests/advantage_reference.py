@@ -1,6 +1,6 @@
 """The move ranker's features computed densely in numpy over whole decoded neighbours, as
 they were before they were compiled over the changed ops
-(`regal.search.move_features._features`): the reference the compiled features must equal
+(`regal.search.feature_kernels._features`): the reference the compiled features must equal
 (tests/test_advantage.py). It reads the same per-incumbent `Context`."""
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def _device_ranks(place: np.ndarray, prio: np.ndarray) -> np.ndarray:
 
 def context_arrays(climb) -> dict:
     """The per-incumbent arrays `Context` computes in one compiled pass
-    (`regal.search.move_features._context_arrays`), in numpy as it computed them before: from
+    (`regal.search.feature_kernels._context_arrays`), in numpy as it computed them before: from
     the climb's placement, keys and `PeakFacts`, over the same scale `P`."""
     from regal.search.move_features import incumbent_context
 
