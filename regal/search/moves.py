@@ -71,8 +71,8 @@ class PeakFacts:
     `tensors` [m] ids of tensor copies live on `device` at `time`, `tensor_bytes` [m] their
     sizes, `remote` [m] True for a copy transferred in (producer on another device);
     `ops` [k] ops holding persistent or temporary bytes there then, `op_bytes` [k];
-    `orders[k]` the ops of device k in execution order (`order` = `orders[device]`; all of
-    them as `order_ops[order_ptr[k]:order_ptr[k + 1]]`),
+    `order_ops[order_ptr[k]:order_ptr[k + 1]]` the ops of device k in execution order
+    (`orders[k]`; `order` = `orders[device]`),
     `position` [n] each op's index in its device's execution order; `start`, `end` [n] op
     times; `peaks` [d]; `weights` the running sum of the tensors' then the ops' bytes;
     `trace` the incumbent's `regal.sim.Trace` (its memory curves, for a move ranker).
@@ -80,6 +80,17 @@ class PeakFacts:
 
     def __init__(self, **fields) -> None:
         self.__dict__.update(fields)
+
+    @property
+    def orders(self) -> list[np.ndarray]:
+        """Each device's ops in execution order (views of `order_ops`)."""
+        ptr = self.order_ptr
+        return [self.order_ops[ptr[j]:ptr[j + 1]] for j in range(len(ptr) - 1)]
+
+    @property
+    def order(self) -> np.ndarray:
+        """The critical device's ops in execution order."""
+        return self.order_ops[self.order_ptr[self.device]:self.order_ptr[self.device + 1]]
 
 
 def _critical_device(problem: Problem, peaks: np.ndarray) -> int:
@@ -107,13 +118,11 @@ def peak_facts(problem: Problem, placement, priority, transfer) -> PeakFacts:
         graph.consumer, graph.tensor_size, graph.tensor_alias, graph.persistent_memory,
         graph.temporary_memory, tr.transfer_tensor, tr.transfer_dst, tr.transfer_start,
         tr.transfer_end, k, at, problem.devices.count)
-    orders = [order_ops[order_ptr[j]:order_ptr[j + 1]] for j in range(problem.devices.count)]
     tensor_bytes = sizes.astype(np.float64)
     op_bytes = held.astype(np.float64)
     return PeakFacts(device=k, time=at, tensors=tensors,
                      tensor_bytes=tensor_bytes, remote=remote, ops=ops, op_bytes=op_bytes,
-                     order=orders[k], orders=orders, order_ptr=order_ptr, order_ops=order_ops,
-                     position=position, start=tr.op_start, end=tr.op_end, peaks=peaks,
+                     order_ptr=order_ptr, order_ops=order_ops, position=position, start=tr.op_start, end=tr.op_end, peaks=peaks,
                      weights=np.cumsum(np.concatenate([tensor_bytes, op_bytes])), trace=tr)
 
 
