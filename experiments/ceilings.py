@@ -33,7 +33,9 @@ ranked climb steps evaluate 8 of the 32 drawn (`ranked_batch=8`; the climb's own
 adapts between 8 and 32), `twin-batch-8` the twin's climbs with the same fixed batch, so
 that what the batch gives without the ranking is measured beside it; `policy-opening-8`
 caps that batch at 8 only for each ranked climb's first 10 evaluations per op (then it
-adapts between 8 and 32 again), `twin-opening-8` the same on the twin's climbs.
+adapts between 8 and 32 again), `twin-opening-8` the same on the twin's climbs. And two of
+a hedge: `policy-unranked-25` / `-50` are `regal` whose ranked steps evaluate the first
+quarter / half of their batch in the drawing order, unranked (`unranked_share`).
 
 Objectives: peak memory, and running time with every device under a memory limit of
 `--limit-factor` (1.2) x the reference heuristics' best peak (the transfer tables' rule for
@@ -83,6 +85,9 @@ ARMS = {
     # op, and its placebo
     "policy-opening-8": {"regal": {"ranked_opening": (8, 10)}},
     "twin-opening-8": {"climb_options": {"opening": (8, 10)}},
+    # `regal` with a quarter / half of each ranked batch evaluated in the drawing order
+    "policy-unranked-25": {"regal": {"unranked_share": 0.25}},
+    "policy-unranked-50": {"regal": {"unranked_share": 0.5}},
 }
 SCHEDULE_GRID = (TWIN, "brkga-only", "brkga-50", "brkga-3", "one-climb", "four-fresh",
                  "population-50")
@@ -232,7 +237,9 @@ LEVERS = {"move-oracle-4": "move guidance, oracle of 4", "move-oracle-16": "move
           "policy-batch-8": "regal with ranked steps of 8 (probe)",
           "twin-batch-8": "the twin with steps of 8 (its placebo)",
           "policy-opening-8": "regal, ranked steps of at most 8 for 10 evaluations per op (probe)",
-          "twin-opening-8": "the twin with that opening (its placebo)"}
+          "twin-opening-8": "the twin with that opening (its placebo)",
+          "policy-unranked-25": "regal, a quarter of each ranked batch unranked (probe)",
+          "policy-unranked-50": "regal, half of each ranked batch unranked (probe)"}
 
 
 def lever_gains(rows: list[dict]) -> dict:

@@ -172,7 +172,8 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
                 uniform_mutant_fraction: float = UNIFORM_MUTANT_FRACTION,
                 polish_share: float | None = None, fresh_climbs: int | None = None,
                 race=None, move_ranker="shipped", ranked_batch: int | None = None,
-                ranked_opening: tuple[int, float] | None = None, time_limit: float | None = None,
+                ranked_opening: tuple[int, float] | None = None,
+                unranked_share: float = 0.0, time_limit: float | None = None,
                 progress: Callable[[int, float], None] | None = None,
                 should_stop: Callable[[], bool] | None = None, **brkga_options) -> Solution:
     """REGAL: the policy's per-op choices relative to the reference solution, then BRKGA,
@@ -198,10 +199,12 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     `batch_size`, so its patience follows it) instead of the climb's own (adapted between 8
     and 32): a probe, `experiments/ceilings.py` arm `policy-batch-8`; `ranked_opening`
     (batch, evaluations per op), when given, caps each ranked climb's batch at that batch for
-    its first evaluations (`Climb`'s `opening`; arm `policy-opening-8`). `should_stop()`
+    its first evaluations (`Climb`'s `opening`; arm `policy-opening-8`); `unranked_share`
+    of each ranked batch goes to evaluation in the drawing order, unranked (`Climb`'s; arms
+    `policy-unranked-25`, `policy-unranked-50`). `should_stop()`
     ends the search early.
     """
-    from regal.search.climb import check_opening
+    from regal.search.climb import check_opening, check_unranked_share
     from regal.search.pipeline import run_pipeline, schedule_of
 
     start = time.perf_counter()
@@ -211,6 +214,7 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
         raise ValueError(f"ranked_batch must be a positive integer, got {ranked_batch!r}")
     if ranked_opening is not None:
         ranked_opening = check_opening(ranked_opening)
+    unranked_share = check_unranked_share(unranked_share)
     source = "object"
     if policy is None:
         source = str(resolve_policy_dir(policy_dir))
@@ -231,6 +235,8 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
         climb_options["batch_size"] = int(ranked_batch)
     if climb_options is not None and ranked_opening is not None:
         climb_options["opening"] = ranked_opening
+    if climb_options is not None and unranked_share:
+        climb_options["unranked_share"] = unranked_share
     acted = time.perf_counter()
     # one BLAS limit for the whole search, not one per ranked step (`single_threaded_blas`)
     with contextlib.nullcontext() if ranker is None else single_threaded_blas():

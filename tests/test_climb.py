@@ -416,6 +416,108 @@ def test_a_move_ranker_chooses_which_drawn_neighbours_are_evaluated():
                            rank_moves=lambda climb, drawn: np.zeros(3)).run(100)
 
 
+def test_an_unranked_share_evaluates_the_first_drawn_whatever_their_rank():
+    """`unranked_share` u: each ranked step evaluates the first round(u x batch) of its draw
+    in the drawing order, then the best-ranked of the rest. A ranker that ranks the draw
+    backwards shows both parts; the restart gate still reads the ranker's own scores; u = 0
+    is the plain ranked climb, step for step."""
+    problem = PROBLEMS[0]
+    backwards = lambda climb, drawn: -np.arange(len(drawn), dtype=np.float64)  # noqa: E731
+    steps = []
+
+    def recording(share):
+        climb = local_search.Climb(problem, 400, 3, heuristics=(), rank_moves=backwards,
+                                   draw=4, unranked_share=share)
+        real_draw = climb.moves.draw
+
+        def draw(keys, count, directed):
+            drawn = real_draw(keys, count, directed)
+            steps.append((keys.tobytes(), drawn.keys(), count // 4))
+            return drawn
+
+        climb.moves.draw = draw
+        chosen = []
+        real_drawn = climb._drawn
+        climb._drawn = lambda count: chosen.append(real_drawn(count)) or chosen[-1]
+        return climb, chosen
+
+    climb, chosen = recording(0.25)
+    climb.run(400)
+    checked, tried = 0, {}
+    for (incumbent, drawn, count), kept in zip(steps, chosen):
+        rows = [row.tobytes() for row in drawn]
+        q = int(round(0.25 * count))
+        order = list(range(q)) + list(range(len(rows) - 1, q - 1, -1))
+        picked = _untried_first_reference(rows, order, count, tried.setdefault(incumbent, set()))
+        assert kept is not None and [row.tobytes() for row in kept] == [rows[i] for i in picked]
+        checked += q > 0
+    assert checked > 5
+
+    plain = local_search.Climb(problem, 400, 3, heuristics=(), rank_moves=backwards, draw=4)
+    zero = local_search.Climb(problem, 400, 3, heuristics=(), rank_moves=backwards, draw=4,
+                              unranked_share=0.0)
+    assert plain.run(400).solution().extra == zero.run(400).solution().extra
+
+    class Gate:
+        seen = []
+
+        def rank_drawn(self, climb, drawn):
+            return np.linspace(1.0, 0.0, len(drawn))
+
+        def restart_now(self, climb, scores, count):
+            self.seen.append(np.asarray(scores).copy())
+            return False
+
+    gate = Gate()
+    local_search.Climb(problem, 200, 3, heuristics=(), rank_moves=gate, draw=4,
+                       unranked_share=0.5).run(200)
+    assert gate.seen and all(np.array_equal(s, np.linspace(1.0, 0.0, len(s))) for s in gate.seen)
+    for bad in (-0.1, 1.5, "half", True, None):
+        with pytest.raises(ValueError, match="unranked_share"):
+            local_search.Climb(problem, 100, 0, heuristics=(), unranked_share=bad)
+
+
+def _untried_first_reference(hashes, order, count, tried):
+    """The set-based filter `Climb._untried_first` was before it was compiled."""
+    fresh, again, seen = [], [], set()
+    for i in order:
+        h = hashes[i] if isinstance(hashes[i], bytes) else int(hashes[i])
+        if h in seen or h in tried:
+            if len(again) < count:
+                again.append(i)
+        else:
+            seen.add(h)
+            fresh.append(i)
+            if len(fresh) == count:
+                break
+    tried.update(seen)
+    return (fresh + again)[:count]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_untried_first_equals_the_set_based_filter(seed):
+    """The compiled filter (an open-addressing set that the climb grows) picks what the set
+    of Python ints picked, call after call on one incumbent: hashes repeat within a draw
+    and across draws, include 0, and outgrow the table several times."""
+    from regal.search.draw_kernel import rehashed, untried_first
+
+    rng = np.random.default_rng(seed)
+    pool = rng.integers(0, 2**63, 40 + 30 * seed, dtype=np.uint64) * np.uint64(2)
+    pool[0] = 0
+    table, state, tried = np.zeros(8, np.uint64), np.zeros(2, np.int64), set()
+    for _ in range(30):
+        m = int(rng.integers(1, 60))
+        hashes = pool[rng.integers(0, len(pool), m)]
+        order = rng.permutation(m).astype(np.int64)
+        count = int(rng.integers(1, m + 1))
+        need = 2 * (int(state[0]) + m)
+        if len(table) < need:
+            table = rehashed(table, 1 << (need - 1).bit_length())
+        got = untried_first(hashes, order, count, table, state)
+        assert got.tolist() == _untried_first_reference(hashes, order.tolist(), count, tried)
+        assert state[0] == len(tried) and np.count_nonzero(table) + state[1] == len(tried)
+
+
 # ---------------------------------------------------------------------------
 # the compiled drawing (regal.search.draw_kernel) equals the Python moves it replaced
 

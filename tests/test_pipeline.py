@@ -621,3 +621,37 @@ def test_ranked_batch_fixes_how_many_ranked_moves_a_step_evaluates(problem, monk
     for bad in ((0, 10), (5, -1), 5, "8,10"):
         with pytest.raises(ValueError, match="opening"):
             solve("regal", problem, 300, 2, ranked_opening=bad)
+
+
+def test_an_unranked_share_reaches_every_ranked_climb(problem, monkeypatch):
+    """`regal(unranked_share=u)` gives u to each ranked climb (`Climb.unranked_share`, whose
+    step is tested in test_climb); 0 is `regal` as it is, answer for answer; bad values are
+    refused by name."""
+    from regal import regal_method
+
+    shares = []
+    load = regal_method.load_move_ranker
+
+    class Recording:
+        def __init__(self, ranker):
+            self.ranker, self.elapsed = ranker, 0.0
+
+        def rank_drawn(self, climb, drawn):
+            shares.append(climb.unranked_share)
+            return self.ranker.rank_drawn(climb, drawn)
+
+        def restart_now(self, climb, scores, count):
+            return self.ranker.restart_now(climb, scores, count)
+
+    monkeypatch.setattr(regal_method, "load_move_ranker",
+                        lambda which="shipped": Recording(load(which)))
+    hedged = solve("regal", problem, 1500, 2, unranked_share=0.5)
+    assert hedged.evaluations == 1500 and shares and set(shares) == {0.5}
+    shares.clear()
+    default, zero = solve("regal", problem, 1500, 2), solve("regal", problem, 1500, 2,
+                                                            unranked_share=0.0)
+    assert set(shares) == {0.0}
+    assert zero.value == default.value and np.array_equal(zero.placement, default.placement)
+    for bad in (-0.5, 2, "a quarter", True):
+        with pytest.raises(ValueError, match="unranked_share"):
+            solve("regal", problem, 300, 2, unranked_share=bad)

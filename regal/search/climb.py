@@ -53,6 +53,10 @@ tensors live on it at one instant, a few percent of the ops. So:
    choices were its earlier ones again). Drawing costs no evaluation; the ranker's own work
    is its business. This is the seam for learned move guidance, and for its oracle ceiling
    (`experiments/ceilings.py`: a ranker that simulates every drawn neighbour for free).
+   With `unranked_share` u > 0 the first round(u x batch) drawn neighbours (as a climb without
+   a ranker draws them) go to evaluation whatever their rank, and the ranker picks the rest:
+   a hedge, so that a ranking that steers a climb wrong costs at most the ranked share
+   (`data/policy/README.md`, "A hedge: part of each batch unranked").
    A ranker with a `restart_now(climb, scores, count)` method may also call a step off:
    then the batch is not evaluated and the climb restarts from its best at once, as if its
    patience had run out (`regal.search.advantage.MoveRanker`'s restart gate: most steps of a
@@ -77,7 +81,8 @@ from regal.search.moves import Moves, peak_facts, rerank
 from regal.search.starts import (default_heuristics, given_starts, heuristic_starts,
                                  initial_solutions)
 
-__all__ = ["Climb", "local_search", "check_opening", "REPEATS_PER_EVALUATION"]
+__all__ = ["Climb", "local_search", "check_opening", "check_unranked_share",
+           "REPEATS_PER_EVALUATION"]
 
 # neighbours that repeat a scored schedule cost no evaluation but still take time: once this
 # many per evaluation of the budget were free, the search stops (checked between batches), so
@@ -104,6 +109,17 @@ def check_opening(opening) -> tuple[int, float]:
     return int(batch), float(per_op)
 
 
+def check_unranked_share(share) -> float:
+    """`share` as a float in [0, 1], or a ValueError that names it."""
+    try:
+        ok = not isinstance(share, bool) and 0.0 <= float(share) <= 1.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"unranked_share must be a number in [0, 1], got {share!r}")
+    return float(share)
+
+
 class Climb:
     """One local-search lineage that can be advanced a share at a time (`run`): its incumbent,
     best, batch size, patience and the schedules it has scored persist between calls, so a
@@ -116,6 +132,7 @@ class Climb:
     registry's `heuristics`), at most `budget` evaluations; `solve` documents the options.
     `opening` (batch, evaluations per op), when given, caps the batch at that batch until
     the climb has spent that many evaluations per op of the graph (`batch_size`).
+    `unranked_share` of each ranked batch is evaluated in the drawing order (`_drawn`).
     `known`, a dict shared by climbs of one problem, keeps the answers of the `SEEDLESS`
     heuristics so that they run once (m-ETF takes a quarter second on 1,000 ops); each
     climb still counts their evaluations, so sharing changes no answer.
@@ -125,13 +142,15 @@ class Climb:
                  patience: int | None = None, heuristics=None, etf_max_ops: int = 1000,
                  directed: float = 0.85, initial=None, should_stop=None,
                  known: dict | None = None, rank_moves=None, draw: int = 1,
-                 opening: tuple[int, float] | None = None) -> None:
+                 opening: tuple[int, float] | None = None,
+                 unranked_share: float = 0.0) -> None:
         check_budget(budget)
         if int(draw) != draw or draw < 1:
             raise ValueError(f"draw must be a positive integer, got {draw}")
         if draw > 1 and rank_moves is None:
             raise ValueError("draw > 1 needs rank_moves, which chooses among the drawn")
         self.rank_moves, self.draw = rank_moves, int(draw)
+        self.unranked_share = check_unranked_share(unranked_share)
         if int(batch_size) != batch_size or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
         if not 0.0 <= directed <= 1.0:
@@ -231,7 +250,11 @@ class Climb:
         priority[:] = rerank(priority)
         transfer[:] = rerank(transfer)
         placement, prio, tprio = decode(keys, graph, devices)
-        self._tried: set[int] = set()     # hashes of the moves evaluated from this incumbent
+        # the hashes of the moves sent to evaluation from this incumbent: an open-addressing
+        # set (`regal.search.draw_kernel.untried_first`) kept at most half full, and its count
+        if getattr(self, "_tried", None) is not None:
+            self._tried.fill(0)
+        self._tried_state = np.zeros(2, np.int64)
         self.moves.placement = placement
         self.moves.facts = peak_facts(self.problem, placement, prio, tprio)
 
@@ -241,7 +264,9 @@ class Climb:
         A ranker with a `rank_drawn(climb, drawn)` method reads the drawn neighbours as writes
         to the incumbent's keys (`regal.search.moves.Drawn`), and only the chosen ones are
         made into chromosomes; any other is called with the chromosomes of all of them.
-        None when the ranker's `restart_now` calls the step off."""
+        With `unranked_share` the first round(share x `count`) drawn go first whatever their
+        rank (the ranker's scores still feed `restart_now`). None when the ranker's
+        `restart_now` calls the step off."""
         drawn = self.moves.draw(self.current, count * self.draw, self.directed)
         if self.rank_moves is None:
             return drawn.keys()
@@ -252,6 +277,9 @@ class Climb:
         if ranks.shape != (len(drawn),):
             raise ValueError(f"rank_moves: expected {len(drawn)} scores, got shape {ranks.shape}")
         order = np.argsort(ranks, kind="stable")
+        unranked = int(round(self.unranked_share * count))
+        if unranked:            # the first drawn first, in their order, then the rest by rank
+            order = np.concatenate([np.arange(unranked), order[order >= unranked]])
         if self.draw > 1:
             order = self._untried_first(drawn, order, count)
             restart_now = getattr(self.rank_moves, "restart_now", None)
@@ -267,23 +295,18 @@ class Climb:
         after step and twice in one batch; they are looked up, not paid for, but half the
         neighbours a learned ranker chose were such repeats (2,179-op graph), which took time
         and steps and told the climb nothing new."""
-        from regal.search.draw_kernel import row_hashes
+        from regal.search.draw_kernel import rehashed, row_hashes, untried_first
 
         hashes = row_hashes(self.moves.n, drawn.row_ptr, drawn.kind, drawn.op,
-                            drawn.value.view(np.int64)).tolist()
-        fresh, again, seen, tried = [], [], set(), self._tried
-        for i in order.tolist():
-            h = hashes[i]
-            if h in seen or h in tried:
-                if len(again) < count:
-                    again.append(i)
-            else:
-                seen.add(h)
-                fresh.append(i)
-                if len(fresh) == count:
-                    break
-        tried.update(seen)
-        return np.asarray((fresh + again)[:count], np.int64)
+                            drawn.value.view(np.int64))
+        need = 2 * (int(self._tried_state[0]) + len(hashes))
+        table = getattr(self, "_tried", None)
+        if table is None or len(table) < need:
+            size = 1 << max(6, (need - 1).bit_length())
+            table = self._tried = np.zeros(size, np.uint64) if table is None \
+                else rehashed(table, size)
+        return untried_first(hashes, np.asarray(order, np.int64), int(count), table,
+                             self._tried_state)
 
     def run(self, budget: int, progress=None, should_stop=None) -> "Climb":
         """Climbs until this lineage has spent `budget` evaluations in all (its starts

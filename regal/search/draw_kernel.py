@@ -553,3 +553,60 @@ def row_hashes(n, row_ptr, w_kind, w_op, bits):
             last[w_kind[p], w_op[p]] = -1
         out[row] = h
     return out
+
+
+@njit(cache=True)
+def _insert(table, h):
+    """Adds hash `h` (not 0) to the open-addressing set `table` (0 marks an empty slot; its
+    length a power of two); whether it was there already."""
+    mask = np.uint64(len(table) - 1)
+    slot = h & mask
+    while table[slot] != 0:
+        if table[slot] == h:
+            return True
+        slot = (slot + np.uint64(1)) & mask
+    table[slot] = h
+    return False
+
+
+@njit(cache=True)
+def untried_first(hashes, order, count, table, state):
+    """The first `count` rows of `order` whose hash is not in the set (`table`, and
+    `state[1]` = 1 when it holds the hash 0), each hash once, then the others in `order`
+    (at most `count` of them), cut to `count` in all; the fresh hashes are added to the set
+    (`state[0]` counts its entries). The caller keeps the table at most half full."""
+    fresh = np.empty(count, np.int64)
+    again = np.empty(count, np.int64)
+    n_fresh = n_again = 0
+    for t in range(len(order)):
+        i = order[t]
+        h = hashes[i]
+        if h == 0:
+            known = state[1] == 1
+            state[1] = 1
+        else:
+            known = _insert(table, h)
+        if known:
+            if n_again < count:
+                again[n_again] = i
+                n_again += 1
+        else:
+            state[0] += 1
+            fresh[n_fresh] = i
+            n_fresh += 1
+            if n_fresh == count:
+                break
+    out = np.empty(min(count, n_fresh + n_again), np.int64)
+    out[:n_fresh] = fresh[:n_fresh]
+    out[n_fresh:] = again[:len(out) - n_fresh]
+    return out
+
+
+@njit(cache=True)
+def rehashed(table, size):
+    """The entries of the set `table` in a new one of `size` slots (a power of two)."""
+    out = np.zeros(size, np.uint64)
+    for h in table:
+        if h != 0:
+            _insert(out, h)
+    return out
