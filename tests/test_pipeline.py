@@ -580,6 +580,28 @@ def test_regal_ranks_its_climbs_moves_with_the_shipped_ranker_and_the_twin_does_
     assert "ranker_time" not in solve("seeded-brkga", problem, 1500, 2).extra
 
 
+def _record_ranked_steps(monkeypatch, note) -> None:
+    """Makes `regal` load rankers that call `note(climb, drawn)` at every ranked step, then
+    rank and gate as the shipped one does."""
+    from regal import regal_method
+
+    load = regal_method.load_move_ranker
+
+    class Recording:
+        def __init__(self, ranker):
+            self.ranker, self.elapsed = ranker, 0.0
+
+        def rank_drawn(self, climb, drawn):
+            note(climb, drawn)
+            return self.ranker.rank_drawn(climb, drawn)
+
+        def restart_now(self, climb, scores, count):
+            return self.ranker.restart_now(climb, scores, count)
+
+    monkeypatch.setattr(regal_method, "load_move_ranker",
+                        lambda which="shipped": Recording(load(which)))
+
+
 def test_ranked_batch_fixes_how_many_ranked_moves_a_step_evaluates(problem, monkeypatch):
     """`regal(ranked_batch=B)`: every ranked climb step draws `RANKER_DRAW` x at most B
     neighbours (B unless the budget's end cuts the step), where the default steps adapt
@@ -588,21 +610,7 @@ def test_ranked_batch_fixes_how_many_ranked_moves_a_step_evaluates(problem, monk
     from regal import regal_method
 
     sizes = []
-    load = regal_method.load_move_ranker
-
-    class Recording:
-        def __init__(self, ranker):
-            self.ranker, self.elapsed = ranker, 0.0
-
-        def rank_drawn(self, climb, drawn):
-            sizes.append(len(drawn))
-            return self.ranker.rank_drawn(climb, drawn)
-
-        def restart_now(self, climb, scores, count):
-            return self.ranker.restart_now(climb, scores, count)
-
-    monkeypatch.setattr(regal_method, "load_move_ranker",
-                        lambda which="shipped": Recording(load(which)))
+    _record_ranked_steps(monkeypatch, lambda climb, drawn: sizes.append(len(drawn)))
     draw = regal_method.RANKER_DRAW
     default = solve("regal", problem, 1500, 2)
     assert max(sizes) > draw * 5
@@ -627,24 +635,8 @@ def test_an_unranked_share_reaches_every_ranked_climb(problem, monkeypatch):
     """`regal(unranked_share=u)` gives u to each ranked climb (`Climb.unranked_share`, whose
     step is tested in test_climb); 0 is `regal` as it is, answer for answer; bad values are
     refused by name."""
-    from regal import regal_method
-
     shares = []
-    load = regal_method.load_move_ranker
-
-    class Recording:
-        def __init__(self, ranker):
-            self.ranker, self.elapsed = ranker, 0.0
-
-        def rank_drawn(self, climb, drawn):
-            shares.append(climb.unranked_share)
-            return self.ranker.rank_drawn(climb, drawn)
-
-        def restart_now(self, climb, scores, count):
-            return self.ranker.restart_now(climb, scores, count)
-
-    monkeypatch.setattr(regal_method, "load_move_ranker",
-                        lambda which="shipped": Recording(load(which)))
+    _record_ranked_steps(monkeypatch, lambda climb, drawn: shares.append(climb.unranked_share))
     hedged = solve("regal", problem, 1500, 2, unranked_share=0.5)
     assert hedged.evaluations == 1500 and shares and set(shares) == {0.5}
     shares.clear()
