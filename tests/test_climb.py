@@ -516,6 +516,7 @@ def test_untried_first_equals_the_set_based_filter(seed):
         got = untried_first(hashes, order, count, table, state)
         assert got.tolist() == _untried_first_reference(hashes, order.tolist(), count, tried)
         assert state[0] == len(tried) and np.count_nonzero(table) + state[1] == len(tried)
+    assert untried_first(pool[:5], np.arange(5), 0, table, state).tolist() == []
 
 
 # ---------------------------------------------------------------------------

@@ -575,10 +575,10 @@ def untried_first(hashes, order, count, table, state):
     `state[1]` = 1 when it holds the hash 0), each hash once, then the others in `order`
     (at most `count` of them), cut to `count` in all; the fresh hashes are added to the set
     (`state[0]` counts its entries). The caller keeps the table at most half full."""
-    fresh = np.empty(count, np.int64)
-    again = np.empty(count, np.int64)
+    fresh = np.empty(max(count, 0), np.int64)
+    again = np.empty(max(count, 0), np.int64)
     n_fresh = n_again = 0
-    for t in range(len(order)):
+    for t in range(len(order) if count > 0 else 0):
         i = order[t]
         h = hashes[i]
         if h == 0:
@@ -596,7 +596,7 @@ def untried_first(hashes, order, count, table, state):
             n_fresh += 1
             if n_fresh == count:
                 break
-    out = np.empty(min(count, n_fresh + n_again), np.int64)
+    out = np.empty(min(max(count, 0), n_fresh + n_again), np.int64)
     out[:n_fresh] = fresh[:n_fresh]
     out[n_fresh:] = again[:len(out) - n_fresh]
     return out
