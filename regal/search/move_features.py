@@ -223,13 +223,8 @@ class Context:
 
 def _curves(traced) -> tuple:
     """A trace's memory curves, device after device: (ptr [d + 1], times, live bytes)."""
-    memory = traced.memory
-    ptr = np.zeros(len(memory) + 1, np.int64)
-    np.cumsum([len(times) for times, _ in memory], out=ptr[1:])
-    if not memory:
-        return ptr, np.zeros(0), np.zeros(0)
-    return (ptr, np.concatenate([times for times, _ in memory]).astype(np.float64, copy=False),
-            np.concatenate([live for _, live in memory]).astype(np.float64))
+    return (traced.memory_ptr, traced.memory_times.astype(np.float64, copy=False),
+            traced.memory_live.astype(np.float64))
 
 
 def incumbent_context(climb) -> Context:

@@ -134,7 +134,9 @@ class Trace:
 
     memory[k] = (times, bytes): live bytes on device k after each change, in event order;
     several points may share a time (an allocation and a free at one instant), and the value
-    holds until the next point. max(bytes) == result.peak[k].
+    holds until the next point. max(bytes) == result.peak[k]. The curves are held once,
+    device after device: device k's points are `memory_times[memory_ptr[k]:memory_ptr[k +
+    1]]` and `memory_live[...]` (a move ranker reads them so), and `memory` are views of them.
     """
 
     result: SimResult
@@ -146,7 +148,16 @@ class Trace:
     transfer_dst: np.ndarray    # [m] int32
     transfer_start: np.ndarray  # [m] float64 µs
     transfer_end: np.ndarray    # [m] float64 µs
-    memory: tuple               # d pairs (times float64, bytes int64)
+    memory_ptr: np.ndarray      # [d + 1] int64
+    memory_times: np.ndarray    # float64 µs, device after device
+    memory_live: np.ndarray     # int64 bytes, the same points
+
+    @property
+    def memory(self) -> tuple:
+        """d pairs (times float64, bytes int64): each device's curve (views)."""
+        ptr = self.memory_ptr
+        return tuple((self.memory_times[a:b], self.memory_live[a:b])
+                     for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist()))
 
 
 def _check_placement(placement, n: int, d: int) -> np.ndarray:
@@ -231,15 +242,15 @@ def trace(graph, devices: DeviceSpec, placement, priority, transfer_priority) ->
     mem_v = work[kernel.W_MEM_V][:points]
     # each device's points in event order: one stable sort by device, cut at the counts
     by_device = np.argsort(mem_d, kind="stable")
-    times, live = mem_t[by_device], mem_v[by_device]
-    cuts = [0, *np.cumsum(np.bincount(mem_d, minlength=devices.count)).tolist()]
-    memory = tuple((times[a:b], live[a:b]) for a, b in zip(cuts, cuts[1:]))
+    ptr = np.zeros(devices.count + 1, np.int64)
+    np.cumsum(np.bincount(mem_d, minlength=devices.count), out=ptr[1:])
     return Trace(result=result, op_device=dev, op_start=work[kernel.W_OP_START].copy(),
                  op_end=work[kernel.W_OP_END].copy(), transfer_tensor=tensor,
                  transfer_src=dev[graph.tensor_producer[tensor]].astype(np.int32),
                  transfer_dst=work[kernel.W_COPY_DEV][t:t + m].copy(),
                  transfer_start=work[kernel.W_TR_START][:m].copy(),
-                 transfer_end=work[kernel.W_TR_END][:m].copy(), memory=memory)
+                 transfer_end=work[kernel.W_TR_END][:m].copy(), memory_ptr=ptr,
+                 memory_times=mem_t[by_device], memory_live=mem_v[by_device])
 
 
 def evaluate(graph, devices: DeviceSpec, keys, objective: str = "peak_memory",
