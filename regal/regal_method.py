@@ -231,12 +231,13 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     params = search_params(action, seed_population, uniform_mutant_fraction)
     ranker = load_move_ranker(move_ranker)
     climb_options = None if ranker is None else dict(rank_moves=ranker, draw=RANKER_DRAW)
-    if climb_options is not None and ranked_batch is not None:
-        climb_options["batch_size"] = int(ranked_batch)
-    if climb_options is not None and ranked_opening is not None:
-        climb_options["opening"] = ranked_opening
-    if climb_options is not None and unranked_share:
-        climb_options["unranked_share"] = unranked_share
+    if climb_options is not None:        # the ranked climbs' probes (none by default)
+        if ranked_batch is not None:
+            climb_options["batch_size"] = int(ranked_batch)
+        if ranked_opening is not None:
+            climb_options["opening"] = ranked_opening
+        if unranked_share:
+            climb_options["unranked_share"] = unranked_share
     acted = time.perf_counter()
     # one BLAS limit for the whole search, not one per ranked step (`single_threaded_blas`)
     with contextlib.nullcontext() if ranker is None else single_threaded_blas():

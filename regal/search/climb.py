@@ -200,6 +200,7 @@ class Climb:
         self.current, self.current_key = starts[i].copy(), tuple(scores[i])
         self.best, self.best_key = self.current.copy(), self.current_key
         self.initial_value, self.start_name = self.current_key[0], names[i]
+        self._tried = None     # the untried-first filter's set, made at its first use
         self._refresh(self.current)
         self.batch = min(16, self.batch_size)
         self.stale = self.restarts = self.steps = self.accepted = 0
@@ -252,7 +253,7 @@ class Climb:
         placement, prio, tprio = decode(keys, graph, devices)
         # the hashes of the moves sent to evaluation from this incumbent: an open-addressing
         # set (`regal.search.draw_kernel.untried_first`) kept at most half full, and its count
-        if getattr(self, "_tried", None) is not None:
+        if self._tried is not None:
             self._tried.fill(0)
         self._tried_state = np.zeros(2, np.int64)
         self.moves.placement = placement
@@ -300,7 +301,7 @@ class Climb:
         hashes = row_hashes(self.moves.n, drawn.row_ptr, drawn.kind, drawn.op,
                             drawn.value.view(np.int64))
         need = 2 * (int(self._tried_state[0]) + len(hashes))
-        table = getattr(self, "_tried", None)
+        table = self._tried
         if table is None or len(table) < need:
             size = 1 << max(6, (need - 1).bit_length())
             table = self._tried = np.zeros(size, np.uint64) if table is None \

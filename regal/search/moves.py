@@ -122,7 +122,8 @@ def peak_facts(problem: Problem, placement, priority, transfer) -> PeakFacts:
     op_bytes = held.astype(np.float64)
     return PeakFacts(device=k, time=at, tensors=tensors,
                      tensor_bytes=tensor_bytes, remote=remote, ops=ops, op_bytes=op_bytes,
-                     order_ptr=order_ptr, order_ops=order_ops, position=position, start=tr.op_start, end=tr.op_end, peaks=peaks,
+                     order_ptr=order_ptr, order_ops=order_ops, position=position,
+                     start=tr.op_start, end=tr.op_end, peaks=peaks,
                      weights=np.cumsum(np.concatenate([tensor_bytes, op_bytes])), trace=tr)
 
 
