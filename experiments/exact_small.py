@@ -3,6 +3,7 @@
 
     nice -n 5 .venv/bin/python experiments/exact_small.py [--time-limit 60] [--devices 2,4]
         [--max-ops 100] [--sets synth-test,samples,tests] [--out experiments/results/exact_small]
+        [--formulation auto|sequence|cumulative|timed] [--label cpsat] [--store STORE]
 
 Graph sets: `synth-test` the first 20 of the synthetic test split (`regal.synth.RECIPES`),
 `samples` data/synth/samples/*.npz (one per family and a training step), `tests` the
@@ -18,6 +19,10 @@ the load-independent measure. Records go to OUT.jsonl (one line per graph x devi
 limit x label; resumable: done records are skipped) and the table to OUT.md, followed by
 the comparison with the records of `--before` (the cpsat of before this change, made with
 `--label before --out experiments/results/exact_small_before`) when they exist.
+
+With `--store`, each key the store has is hinted with its stored best instead of the
+heuristics (cpsat's `initial`), and a better answer, or a higher bound, is offered back to the
+store (its monotone writer): an exact improving phase over the stores (issue 39 item 3).
 
 "Proven" is the simulator's claim, not the model's: the answer's simulated value equals a
 proven lower bound on every solution's (regal.bounds, or CP-SAT's bound on its relaxation).
@@ -88,11 +93,20 @@ def read_records(path: Path) -> list[dict]:
 
 
 def one_record(name: str, graph, d: int, time_limit: float, budget: int, seed: int,
-               label: str, options: dict) -> dict:
+               label: str, options: dict, store=None) -> dict:
+    """One cpsat run; with `store` (a `regal.bestknown.Store`), hinted with the key's stored
+    best when it has one (cpsat's `initial`), and its answer and bound offered back."""
+    from regal.bestknown import Entry, entry_key
+    from regal.bounds import Bound
     from regal.optimizers import Problem, score, solve
     from regal.sim import DeviceSpec
 
     problem = Problem(graph, DeviceSpec(d), "peak_memory")
+    stored = None
+    if store is not None:
+        stored = store.get(entry_key(graph.fingerprint(), d, None, "peak_memory"))
+        if stored is not None:
+            options = {**options, "initial": stored.solution(problem)}
     cpu = time.process_time()
     began = time.perf_counter()
     found = solve("cpsat", problem, budget, seed, time_limit=time_limit, **options)
@@ -101,6 +115,15 @@ def one_record(name: str, graph, d: int, time_limit: float, budget: int, seed: i
     rescored = score(problem, found.placement, found.priority, found.transfer_priority)["value"]
     extra = found.extra
     bound = extra.get("bound")
+    improved = None
+    if stored is not None:
+        proven = None if bound is None else Bound(value=float(bound),
+                                                  source=str(extra.get("bound_source")),
+                                                  proven=True)
+        improved = store.offer(Entry.from_solution(
+            problem, found, graph=name, found_by=f"cpsat({options.get('formulation', 'auto')})",
+            evaluations=stored.evaluations + int(found.evaluations),
+            seconds=stored.seconds + wall, bound=proven))
     return {"graph": name, "ops": int(graph.num_nodes), "devices": d,
             "time_limit": float(time_limit), "label": label, "seed": seed,
             "value": float(found.value), "rescored": float(rescored),
@@ -111,7 +134,9 @@ def one_record(name: str, graph, d: int, time_limit: float, budget: int, seed: i
             "hint_value": extra.get("hint_value"),
             "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "deterministic_s": extra.get("deterministic_time"),
-            "proven_at_s": extra.get("proven_at_s")}
+            "proven_at_s": extra.get("proven_at_s"),
+            "stored_value": None if stored is None else float(stored.value),
+            "store_improved": improved}
 
 
 def _gap(record: dict) -> float | None:
@@ -193,14 +218,26 @@ def main() -> int:
     parser.add_argument("--budget", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--label", default="cpsat")
+    parser.add_argument("--formulation", default="auto",
+                        choices=("auto", "sequence", "cumulative", "timed"),
+                        help="the cpsat model (baselines/cpsat: timed keeps the simulator's "
+                             "timing and eager starts)")
     parser.add_argument("--out", default=str(_ROOT / "experiments/results/exact_small"))
     parser.add_argument("--title", default="Proven optima on small graphs (issue 39 item 2)")
+    parser.add_argument("--store", default=None,
+                        help="a best-known store (.jsonl): hint each key with its stored best, "
+                             "and offer the answer and the bound back to it")
     parser.add_argument("--before", default=str(_ROOT / "experiments/results/exact_small_before"),
                         help="records to compare with (their .jsonl), when the file exists")
     args = parser.parse_args()
     if not args.time_limit > 0 or args.budget < 1:
         parser.error("--time-limit and --budget must be positive")
 
+    store = None
+    if args.store is not None:
+        from regal.bestknown import Store
+
+        store = Store(args.store, write=True)
     out = Path(args.out)
     jsonl, md = out.with_suffix(".jsonl"), out.with_suffix(".md")
     records = read_records(jsonl)
@@ -217,7 +254,7 @@ def main() -> int:
             if key in done:
                 continue
             record = one_record(name, graph, d, args.time_limit, args.budget, args.seed,
-                                args.label, {})
+                                args.label, {"formulation": args.formulation}, store)
             records.append(record)
             done.add(key)
             with open(jsonl, "a") as f:

@@ -75,14 +75,16 @@ def test_bandwidth_and_latency_change_the_makespan(tmp_path):
     assert slow["result"]["makespan"] != free["result"]["makespan"]
 
 
-@pytest.mark.parametrize("method", ["brkga", "local-search"])
+@pytest.mark.parametrize("method", ["brkga", "local-search", "cpsat"])
 def test_warm_start_is_never_worse_than_its_start(tmp_path, method):
-    """The earlier solution is in the first population / among the starts, so even the
-    smallest budget (one BRKGA generation) returns a value no worse than it."""
+    """The earlier solution is in the first population / among the starts / CP-SAT's hint,
+    so even the smallest budget (one BRKGA generation) returns a value no worse than it."""
     _, start = optimize(tmp_path, "start", "--seed", "5")
     out = tmp_path / "warm.json"
+    limit = ["--time-limit", "2"] if method == "cpsat" else []
     code = main(["optimize", GRAPH, "--devices", "2", "--budget", "100", "--seed", "9",
-                 "--method", method, "--init", str(tmp_path / "start.json"), "--out", str(out)])
+                 "--method", method, "--init", str(tmp_path / "start.json"), "--out", str(out)]
+                + limit)
     warm = json.loads(out.read_text())
     assert code == 0
     assert warm["result"]["value"] <= start["result"]["value"]

@@ -14,7 +14,10 @@ Modules, one job each:
   simulator's), and what both formulations share: the handles, memory units and ticks,
   placement variables;
 - `cumulative`: the cumulative formulation (`build_model`): larger graphs, per-device
-  limits and the makespan mode;
+  limits and the makespan mode; with `timed=True` the timed formulation;
+- `timed`: what makes a cumulative model timed: the simulator's exact durations in ticks
+  (`exact_ticks`) and its eager starts (`add_eager_starts`), so that devices run in
+  parallel and never idle while work is ready (small graphs, peak memory);
 - `sequence`: the sequence formulation of the peak-memory model (`build_sequence_model`):
   small graphs;
 - `hint`: the hint: the best cheap heuristic, and its simulated schedule turned into a

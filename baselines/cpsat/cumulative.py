@@ -1,6 +1,8 @@
 """The cumulative formulation of the model (`build_model`; semantics in `model`'s
 docstring): optional intervals and one cumulative constraint per device, a size linear in the
-graph. It serves larger graphs, peak memory under per-device limits, and the makespan mode.
+graph. It serves larger graphs, peak memory under per-device limits, and the makespan mode;
+with `timed`, the timed formulation (`timed`'s docstring): peak memory on the simulator's
+exact durations, devices in parallel, with eager starts.
 """
 
 from __future__ import annotations
@@ -10,15 +12,28 @@ from ortools.sat.python import cp_model
 from baselines.cpsat.model import (CpModelHandles, _durations, _final_state_bound,
                                    _memory_arrays, _model_limits, _placement_vars,
                                    _time_windows)
+from baselines.cpsat.timed import EagerInputs, add_eager_starts, exact_ticks
 from regal.optimizers import Problem
 
 
-def build_model(problem: Problem) -> CpModelHandles:
-    """The CP-SAT model of `model`'s docstring for `problem` (not solved)."""
+def build_model(problem: Problem, timed: bool = False) -> CpModelHandles:
+    """The CP-SAT model of `model`'s docstring for `problem` (not solved); with `timed`, the
+    timed formulation of the peak-memory model (`timed`'s docstring)."""
     graph, devices = problem.graph, problem.devices
     n, d, num_t = graph.num_nodes, devices.count, graph.num_tensors
-    sequential = problem.objective == "peak_memory"
-    op_dur, tr_dur, tick = _durations(problem, sequential)
+    peak_mode = problem.objective == "peak_memory"
+    sequential = peak_mode and not timed
+    if timed:
+        if not peak_mode:
+            raise ValueError("the timed formulation models peak memory only")
+        ticks = exact_ticks(problem)
+        if ticks is None:
+            raise ValueError("the timed formulation needs every op's compute cost and transfer "
+                             "time to be a whole number of ticks of 1e-9 µs or coarser")
+        op_dur, tr_dur, scale = ticks
+        tick = 1.0 / scale
+    else:
+        op_dur, tr_dur, tick = _durations(problem, sequential)
     unit, size, temp, pers, producer, alias, consumers = _memory_arrays(graph)
     horizon = int(op_dur.sum() + (d - 1) * tr_dur.sum())
 
@@ -146,7 +161,7 @@ def build_model(problem: Problem) -> CpModelHandles:
 
     persistent = [sum(int(pers[v]) * x[v][k] for v in range(n) if pers[v] > 0)
                   for k in range(d)]
-    if sequential:
+    if peak_mode:
         total = int(size.sum() + temp.sum() + pers.sum())
         target = m.new_int_var(0, total, "peak")
         _final_state_bound(m, target, persistent, x, graph, size, d)
@@ -188,7 +203,11 @@ def build_model(problem: Problem) -> CpModelHandles:
                     cap = m.new_int_var(0, cap_k, f"cap{k}")
                     m.add(cap == cap_k - persistent[k])
                     m.add_cumulative([iv for iv, _ in items], [dm for _, dm in items], cap)
+    if timed:
+        add_eager_starts(m, EagerInputs(graph, d, op_dur, tr_dur, start, tr_start, tr_present,
+                                        same, x), horizon)
     m.minimize(target)
     return CpModelHandles(model=m, objective=problem.objective, x=x, start=start,
                           transfer_start=tr_start, transfer_present=tr_present, target=target,
-                          memory_unit=unit, tick=tick)
+                          memory_unit=unit, tick=tick,
+                          formulation="timed" if timed else "cumulative")

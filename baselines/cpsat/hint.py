@@ -119,7 +119,8 @@ def _schedule_of(problem: Problem, handles: CpModelHandles, sim_trace, relabel: 
     Activities keep the simulator's start order (ties: producers before their transfers
     before consumers). Peak mode gives them consecutive slots; makespan mode starts each as
     early as its predecessors and its device or channel allow with the model's durations, so
-    precedence and no-overlap hold (memory limits may not, with rounded durations).
+    precedence and no-overlap hold (memory limits may not, with rounded durations). The
+    timed formulation takes the simulator's own times, in its exact ticks.
     """
     graph = problem.graph
     n = graph.num_nodes
@@ -127,6 +128,14 @@ def _schedule_of(problem: Problem, handles: CpModelHandles, sim_trace, relabel: 
     position = np.empty(n, np.int64)
     position[graph.topo_order] = np.arange(n)
     placement = relabel[np.asarray(sim_trace.op_device)]
+    if handles.formulation == "timed":
+        scale = round(1.0 / handles.tick)
+        op_start = {v: int(round(float(sim_trace.op_start[v]) * scale)) for v in range(n)}
+        transfer_start = {}
+        for i, t in enumerate(sim_trace.transfer_tensor):
+            key = (int(t), int(relabel[sim_trace.transfer_dst[i]]))
+            transfer_start[key] = int(round(float(sim_trace.transfer_start[i]) * scale))
+        return op_start, transfer_start
     events = [(float(sim_trace.op_start[v]), 2 * int(position[v]), v) for v in range(n)]
     for i, t in enumerate(sim_trace.transfer_tensor):
         key = (int(t), int(relabel[sim_trace.transfer_dst[i]]))
@@ -194,7 +203,7 @@ def _add_hint(handles: CpModelHandles, problem: Problem, hint: Solution, sim_tra
     model objective, in the model's units, or None; deterministic time used).
     """
     graph, d = problem.graph, problem.devices.count
-    sequential = handles.objective == "peak_memory"
+    sequential = handles.objective == "peak_memory" and handles.formulation != "timed"
     relabel = _canonical_labels(hint.placement, graph, d) if _symmetric(problem) \
         else np.arange(d)
     placement = relabel[hint.placement]

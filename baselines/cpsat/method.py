@@ -9,7 +9,9 @@ What `solve` does
    evaluations), all through the registry; the best by the simulator's value. Every
    evaluation they make is counted in `evaluations`, as are the trace of the hint and the
    re-scoring of CP-SAT's incumbents (never more than `budget`; with `budget` <= 2 there
-   is no hint).
+   is no hint). With `initial` (a solution, or several) the heuristics are skipped: the
+   best of `initial` by the simulator is the hint, and the model gets their time (an
+   exact improving phase from a stored best).
 2. The lower bound (peak memory): the best of `regal.bounds.lower_bound` and
    `closed_form_bound`. When the hint meets it, the hint is optimal: the model is skipped
    (`model_skipped` says so) and `proven_optimal` is True.
@@ -39,11 +41,23 @@ CP-SAT's own; `model_objective` its final incumbent's objective in the model (by
 re-scored incumbent's, `hint_value`/`hint_method` the hint's, `heuristics` every heuristic's
 value; `bound` a proven lower bound on the simulator's objective, or None (`model`'s
 docstring), and `bound_source` the argument that gave it (a `regal.bounds` argument,
-"cpsat_closed_form" or "cpsat_model"); `proven_optimal` whether the answer's simulated
-value meets `bound` (then it is the simulator's optimum, whatever the model proved);
+"cpsat_closed_form", "cpsat_model" or "cpsat_one_at_a_time"); `proven_optimal` whether the
+answer's simulated value meets `bound` (then it is the simulator's optimum, whatever the
+model proved);
 `stopped_by` "proof", "bound_met", "deterministic_time" or "wall_clock";
 `deterministic_time` CP-SAT's own (load-independent) seconds. The time limit: `run`'s
 docstring.
+
+Formulations (`formulation`): "auto" picks the sequence or the cumulative formulation by
+size (`run._build`); "timed" is the timed one (`timed`'s docstring: the simulator's own
+durations, devices in parallel, eager starts; peak memory only, on graphs whose durations
+are whole numbers of ticks), whose incumbents re-score to their model value in practice.
+Without memory limits, when the timed model has not proved its optimum within 1 -
+`_ONE_AT_A_TIME_SHARE` of the time, the one-at-a-time model gets the rest
+(`_one_at_a_time_after`): its bound is often the tighter one within a limit (`extra`
+`one_at_a_time_status`, `one_at_a_time_bound`, `one_at_a_time_value`; `bound_source`
+"cpsat_one_at_a_time" when it is the best), and its best re-scored answer is kept when it
+is better.
 
 Why a model proof is not always a proof of the simulator's optimum: the model relaxes the
 list scheduler (`model`'s docstring): it may keep a device idle while an op is ready, or
@@ -57,12 +71,14 @@ One CP-SAT worker by default (`num_workers`).
 
 from __future__ import annotations
 
+import math
 import time
 
 from ortools.sat.python import cp_model
 
 from baselines.cpsat.bounds import _exact_durations, closed_form_bound
 from baselines.cpsat.hint import best_heuristic
+from baselines.cpsat.model import _model_limits
 from baselines.cpsat.run import (_HEURISTIC_SHARE, _MIN_SOLVE, _UNITS_PER_SECOND, _deadline,
                                  _largest_model, _model_fits, _model_units, _ModelRun,
                                  _priorities, _run_model)
@@ -74,11 +90,12 @@ _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
            cp_model.UNKNOWN: "UNKNOWN"}
 _RESERVED = 2            # evaluations kept back: tracing the hint, scoring CP-SAT's answer
 _REGAL_BOUND_MAX_OPS = 5000  # above: the closed-form bound only (regal.bounds takes seconds)
+_ONE_AT_A_TIME_SHARE = 0.3  # of the model's time, the one-at-a-time model's after the timed one
 
 
 def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 10.0,
           reproducible: bool = False, num_workers: int = 1, formulation: str = "auto",
-          progress=None) -> Solution:
+          initial=None, progress=None) -> Solution:
     """The better (simulator's score) of the best cheap heuristic and CP-SAT's answer hinted
     with it, within about `time_limit` wall-clock seconds.
 
@@ -97,9 +114,18 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
     check_budget(budget)
     if not time_limit > 0:
         raise ValueError(f"time_limit must be positive, got {time_limit}")
-    if formulation not in ("auto", "sequence", "cumulative"):
-        raise ValueError(f"formulation: expected auto, sequence or cumulative, got "
+    if formulation not in ("auto", "sequence", "cumulative", "timed"):
+        raise ValueError(f"formulation: expected auto, sequence, cumulative or timed, got "
                          f"{formulation!r}")
+    if formulation == "timed":
+        from baselines.cpsat.timed import exact_ticks
+
+        if problem.objective != "peak_memory":
+            raise ValueError("formulation timed: models peak memory only, not "
+                             f"{problem.objective}")
+        if exact_ticks(problem) is None:
+            raise ValueError("formulation timed: the ops' costs and transfer times are not "
+                             "whole numbers of ticks of 1e-9 µs or coarser")
     graph, devices = problem.graph, problem.devices
     if devices.has_speeds:
         raise ValueError("cpsat: device speeds are not modelled (its intervals are each op's "
@@ -110,9 +136,12 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
     fits = _model_fits(problem, time_limit)
     # without a model to solve, the hint's BRKGA may use most of the time
     share = _HEURISTIC_SHARE if fits else 0.8
-    hint, used, heuristics = best_heuristic(
-        problem, budget - _RESERVED if budget > _RESERVED else 0, seed,
-        None if reproducible else share * time_limit)
+    if initial is not None:
+        hint, used, heuristics = _best_initial(problem, initial)
+    else:
+        hint, used, heuristics = best_heuristic(
+            problem, budget - _RESERVED if budget > _RESERVED else 0, seed,
+            None if reproducible else share * time_limit)
     heuristics_seconds = time.perf_counter() - began
     extra = {"time_limit": float(time_limit), "reproducible": bool(reproducible),
              "num_workers": int(num_workers), "heuristics_seconds": heuristics_seconds,
@@ -137,12 +166,17 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
                            hint.transfer_priority)
         used += 1
 
+    # the timed formulation leaves the end of the time to the one-at-a-time model
+    then_one_at_a_time = formulation == "timed" and _model_limits(problem) is None
+    share = 1.0 - _ONE_AT_A_TIME_SHARE if then_one_at_a_time else 1.0
     run, answer, infeasible = None, None, False
     if extra["model_skipped"] is None:
         # every incumbent is re-scored (the evaluations left, less one for the final
         # answer), so the best by the simulator is kept and a bound met ends the search
         left = budget - used - 1
-        run = _run_model(problem, formulation, hint, hint_trace, time_limit, deadline, seed,
+        now = time.perf_counter()
+        run = _run_model(problem, formulation, hint, hint_trace, share * time_limit,
+                         now + share * max(deadline - now, 0.0), seed,
                          num_workers, reproducible, lower=extra["bound"],
                          score=lambda *solution: score(problem, *solution), evaluations=left)
         if run.rescorer is not None:
@@ -181,6 +215,17 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
             extra["cpsat_value"] = fields["value"]
             if hint is None or fields["value"] < hint.value:
                 answer = fields
+        if then_one_at_a_time and run.status != cp_model.OPTIMAL and used < budget - 1:
+            best = answer["value"] if answer is not None else \
+                (math.inf if hint is None else hint.value)
+            fields, more = _one_at_a_time_after(problem, hint, hint_trace, extra, time_limit,
+                                                deadline, seed, num_workers, reproducible,
+                                                budget - used - 1)
+            used += more
+            if fields is not None:
+                extra["one_at_a_time_value"] = fields["value"]
+                if fields["value"] < best:
+                    answer = fields
     if answer is not None:
         status = "OPTIMAL" if run.status == cp_model.OPTIMAL else "FEASIBLE"
     else:
@@ -199,6 +244,49 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
     if progress is not None:
         progress(used, float(answer["value"]))
     return Solution(**answer, evaluations=used, method="cpsat", seed=seed, extra=extra)
+
+
+def _one_at_a_time_after(problem: Problem, hint, hint_trace, extra: dict, time_limit: float,
+                         deadline: float, seed: int, num_workers: int, reproducible: bool,
+                         left: int):
+    """The timed formulation's last step, when the timed model did not prove its optimum:
+    the one-at-a-time model ("auto", hinted as the timed one was) for what is left of the
+    time (at least `_MIN_SOLVE` of the limit). Why: within a limit its bound is
+    often far tighter than the timed model's (transformer_infer_40 at 2 devices: it proves
+    66,936,736 bytes in seconds, where the timed model's bound stays at 56.7 M in a minute).
+    Raises `extra["bound"]` in place; returns (its best re-scored incumbent's fields or None,
+    evaluations used)."""
+    now = time.perf_counter()
+    run = _run_model(problem, "auto", hint, hint_trace, _ONE_AT_A_TIME_SHARE * time_limit,
+                     max(deadline, now + _MIN_SOLVE * time_limit), seed, num_workers,
+                     reproducible, lower=extra["bound"],
+                     score=lambda *solution: score(problem, *solution), evaluations=left)
+    extra["one_at_a_time_status"] = _STATUS.get(run.status, str(run.status))
+    if run.status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+        bound = float(run.solver.best_objective_bound) * run.handles.memory_unit
+        extra["one_at_a_time_bound"] = bound
+        if bound > (extra["bound"] or 0.0):
+            extra["bound"], extra["bound_source"] = bound, "cpsat_one_at_a_time"
+    if run.rescorer is None:
+        return None, 0
+    return run.rescorer.best, run.rescorer.scored
+
+
+def _best_initial(problem: Problem, initial) -> tuple[Solution, int, dict]:
+    """(the best of `initial` re-scored, evaluations, name -> value), as `best_heuristic`
+    gives them."""
+    found = [initial] if isinstance(initial, Solution) else list(initial)
+    if not found:
+        raise ValueError("initial: no solution given")
+    best, values = None, {}
+    for i, solution in enumerate(found):
+        fields = score(problem, solution.placement, solution.priority,
+                       solution.transfer_priority)
+        name = solution.method or f"initial{i}"
+        values[name] = float(fields["value"])
+        if best is None or fields["value"] < best.value:
+            best = Solution(**fields, evaluations=1, method=name)
+    return best, len(found), values
 
 
 def _peak_lower_bound(problem: Problem):

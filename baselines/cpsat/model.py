@@ -76,14 +76,19 @@ positive multiple of the tick (then every feasible list schedule is a model sche
 otherwise it is `extra["model_bound"]`, for information. Model infeasibility is always a
 proof: a serialised feasible schedule would fit the model's horizon and limits.
 
-Two formulations of the peak-memory model: `sequence` (small graphs; activities x tensors
-below `run._SEQUENCE_MAX`) writes device k's memory during activity b as a sum of boolean
-"item i is live at b" literals over pairwise order literals, which CP-SAT's clause learning
-proves quickly; `cumulative` (larger graphs, and the makespan mode) uses optional intervals
-and one cumulative constraint per device, whose size is linear in the graph (its presolve
-skips probing, which costs seconds before the hint is even reported). Redundant bounds: the
-peak covers every op's inputs + outputs + temporaries and every device's persistent memory
-+ unconsumed outputs.
+The timed formulation (`timed`'s docstring; `formulation="timed"`, never picked by "auto")
+is a third, tighter relaxation of the peak-memory objective: the cumulative model on the
+simulator's exact durations, devices and channels in parallel, with eager starts, and none
+of the one-at-a-time sequencing below.
+
+Two formulations of the one-at-a-time peak-memory model: `sequence` (small graphs;
+activities x tensors below `run._SEQUENCE_MAX`) writes device k's memory during activity b
+as a sum of boolean "item i is live at b" literals over pairwise order literals, which
+CP-SAT's clause learning proves quickly; `cumulative` (larger graphs, and the makespan mode)
+uses optional intervals and one cumulative constraint per device, whose size is linear in
+the graph (its presolve skips probing, which costs seconds before the hint is even
+reported). Redundant bounds: the peak covers every op's inputs + outputs + temporaries and
+every device's persistent memory + unconsumed outputs.
 
 Symmetric devices (same limits, no pins) are interchangeable, so devices are numbered by
 first use along the topological order (value precedence: device k > 0 takes an op only

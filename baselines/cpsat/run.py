@@ -133,6 +133,8 @@ def _priorities(solver, handles: CpModelHandles, graph, d: int):
 
 
 def _build(problem: Problem, formulation: str) -> CpModelHandles:
+    if formulation == "timed":
+        return build_model(problem, timed=True)
     if problem.objective != "peak_memory" or formulation == "cumulative" \
             or _model_limits(problem) is not None:  # only this one keeps per-device limits
         return build_model(problem)
@@ -170,7 +172,7 @@ def _run_model(problem: Problem, formulation: str, hint: Solution | None, hint_t
     handles = _build(problem, formulation)
     if lower is not None and handles.objective == "peak_memory" and lower > 0:
         handles.model.add(handles.target >= -(-int(math.ceil(lower)) // handles.memory_unit))
-    sequential = problem.objective == "peak_memory"
+    sequential = problem.objective == "peak_memory" and handles.formulation != "timed"
     floor = _MIN_SOLVE * time_limit
     used = 0.0
     hint_objective = None
