@@ -52,12 +52,13 @@ Formulations (`formulation`): "auto" picks the sequence or the cumulative formul
 size (`run._build`); "timed" is the timed one (`timed`'s docstring: the simulator's own
 durations, devices in parallel, eager starts; peak memory only, on graphs whose durations
 are whole numbers of ticks), whose incumbents re-score to their model value in practice.
-Without memory limits, when the timed model has not proved its optimum within 1 -
-`_ONE_AT_A_TIME_SHARE` of the time, the one-at-a-time model gets the rest
-(`_one_at_a_time_after`): its bound is often the tighter one within a limit (`extra`
-`one_at_a_time_status`, `one_at_a_time_bound`, `one_at_a_time_value`; `bound_source`
-"cpsat_one_at_a_time" when it is the best), and its best re-scored answer is kept when it
-is better.
+The heuristics get `_TIMED_HEURISTIC_SHARE` of the limit (its own incumbents are as good),
+and without memory limits the one-at-a-time model runs first, for at most
+`_ONE_AT_A_TIME_SHARE` of the model's time (`_one_at_a_time_first`): its bound is often the
+tighter one within a limit, and floors the timed model, which is what lets that one prove
+(`extra` `one_at_a_time_status`, `one_at_a_time_bound`, `one_at_a_time_value`;
+`bound_source` "cpsat_one_at_a_time" when it is the best); its best re-scored answer becomes
+the hint when it is better.
 
 Why a model proof is not always a proof of the simulator's optimum: the model relaxes the
 list scheduler (`model`'s docstring): it may keep a device idle while an op is ready, or
@@ -71,7 +72,6 @@ One CP-SAT worker by default (`num_workers`).
 
 from __future__ import annotations
 
-import math
 import time
 
 from ortools.sat.python import cp_model
@@ -90,7 +90,8 @@ _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
            cp_model.UNKNOWN: "UNKNOWN"}
 _RESERVED = 2            # evaluations kept back: tracing the hint, scoring CP-SAT's answer
 _REGAL_BOUND_MAX_OPS = 5000  # above: the closed-form bound only (regal.bounds takes seconds)
-_ONE_AT_A_TIME_SHARE = 0.3  # of the model's time, the one-at-a-time model's after the timed one
+_ONE_AT_A_TIME_SHARE = 0.15  # of the model's time, the most the one-at-a-time model gets
+_TIMED_HEURISTIC_SHARE = 0.2  # the heuristics' share of the limit with the timed model
 
 
 def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 10.0,
@@ -135,7 +136,8 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
     deadline = _deadline(float(time_limit), reproducible)
     fits = _model_fits(problem, time_limit)
     # without a model to solve, the hint's BRKGA may use most of the time
-    share = _HEURISTIC_SHARE if fits else 0.8
+    share = (_TIMED_HEURISTIC_SHARE if formulation == "timed" else _HEURISTIC_SHARE) \
+        if fits else 0.8
     if initial is not None:
         hint, used, heuristics = _best_initial(problem, initial)
     else:
@@ -166,17 +168,21 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
                            hint.transfer_priority)
         used += 1
 
-    # the timed formulation leaves the end of the time to the one-at-a-time model
-    then_one_at_a_time = formulation == "timed" and _model_limits(problem) is None
-    share = 1.0 - _ONE_AT_A_TIME_SHARE if then_one_at_a_time else 1.0
+    if formulation == "timed" and extra["model_skipped"] is None \
+            and _model_limits(problem) is None:
+        hint, hint_trace, more = _one_at_a_time_first(problem, hint, hint_trace, extra,
+                                                      time_limit, deadline, seed, num_workers,
+                                                      reproducible, budget - used - 1)
+        used += more
+        if hint is not None and hint.value <= extra["bound"]:
+            extra["model_skipped"] = "the one-at-a-time model's answer meets the bound"
+
     run, answer, infeasible = None, None, False
     if extra["model_skipped"] is None:
         # every incumbent is re-scored (the evaluations left, less one for the final
         # answer), so the best by the simulator is kept and a bound met ends the search
         left = budget - used - 1
-        now = time.perf_counter()
-        run = _run_model(problem, formulation, hint, hint_trace, share * time_limit,
-                         now + share * max(deadline - now, 0.0), seed,
+        run = _run_model(problem, formulation, hint, hint_trace, time_limit, deadline, seed,
                          num_workers, reproducible, lower=extra["bound"],
                          score=lambda *solution: score(problem, *solution), evaluations=left)
         if run.rescorer is not None:
@@ -215,17 +221,6 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
             extra["cpsat_value"] = fields["value"]
             if hint is None or fields["value"] < hint.value:
                 answer = fields
-        if then_one_at_a_time and run.status != cp_model.OPTIMAL and used < budget - 1:
-            best = answer["value"] if answer is not None else \
-                (math.inf if hint is None else hint.value)
-            fields, more = _one_at_a_time_after(problem, hint, hint_trace, extra, time_limit,
-                                                deadline, seed, num_workers, reproducible,
-                                                budget - used - 1)
-            used += more
-            if fields is not None:
-                extra["one_at_a_time_value"] = fields["value"]
-                if fields["value"] < best:
-                    answer = fields
     if answer is not None:
         status = "OPTIMAL" if run.status == cp_model.OPTIMAL else "FEASIBLE"
     else:
@@ -246,30 +241,40 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
     return Solution(**answer, evaluations=used, method="cpsat", seed=seed, extra=extra)
 
 
-def _one_at_a_time_after(problem: Problem, hint, hint_trace, extra: dict, time_limit: float,
+def _one_at_a_time_first(problem: Problem, hint, hint_trace, extra: dict, time_limit: float,
                          deadline: float, seed: int, num_workers: int, reproducible: bool,
                          left: int):
-    """The timed formulation's last step, when the timed model did not prove its optimum:
-    the one-at-a-time model ("auto", hinted as the timed one was) for what is left of the
-    time (at least `_MIN_SOLVE` of the limit). Why: within a limit its bound is
-    often far tighter than the timed model's (transformer_infer_40 at 2 devices: it proves
-    66,936,736 bytes in seconds, where the timed model's bound stays at 56.7 M in a minute).
-    Raises `extra["bound"]` in place; returns (its best re-scored incumbent's fields or None,
-    evaluations used)."""
+    """The timed formulation's first step: the one-at-a-time model ("auto") for at most
+    `_ONE_AT_A_TIME_SHARE` of the model's time (it stops at its proof). Why: within a limit
+    its bound is often far tighter than the timed model's (transformer_infer_40 at 2
+    devices: 66,936,736 bytes proven in seconds, where the timed model's own bound stays at
+    56.7 M after a minute), and a floor is what lets the timed model prove its optimum
+    (at 4 devices, floored at regal.bounds' 41,852,832, it proves 41,951,232 in 36 s; without
+    a floor not in 90 s). Raises `extra["bound"]` in place; its best re-scored incumbent,
+    when better than the hint, becomes the hint. Returns (hint, its trace, evaluations)."""
+    from regal.sim import trace
+
     now = time.perf_counter()
     run = _run_model(problem, "auto", hint, hint_trace, _ONE_AT_A_TIME_SHARE * time_limit,
-                     max(deadline, now + _MIN_SOLVE * time_limit), seed, num_workers,
+                     now + _ONE_AT_A_TIME_SHARE * max(deadline - now, 0.0), seed, num_workers,
                      reproducible, lower=extra["bound"],
                      score=lambda *solution: score(problem, *solution), evaluations=left)
+    used = 0 if run.rescorer is None else run.rescorer.scored
     extra["one_at_a_time_status"] = _STATUS.get(run.status, str(run.status))
     if run.status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
         bound = float(run.solver.best_objective_bound) * run.handles.memory_unit
         extra["one_at_a_time_bound"] = bound
         if bound > (extra["bound"] or 0.0):
             extra["bound"], extra["bound_source"] = bound, "cpsat_one_at_a_time"
-    if run.rescorer is None:
-        return None, 0
-    return run.rescorer.best, run.rescorer.scored
+    best = None if run.rescorer is None else run.rescorer.best
+    if best is not None:
+        extra["one_at_a_time_value"] = best["value"]
+        if hint is None or best["value"] < hint.value:
+            hint = Solution(**best, evaluations=used, method="cpsat-one-at-a-time")
+            hint_trace = trace(problem.graph, problem.devices, hint.placement, hint.priority,
+                               hint.transfer_priority)
+            used += 1
+    return hint, hint_trace, used
 
 
 def _best_initial(problem: Problem, initial) -> tuple[Solution, int, dict]:
