@@ -50,8 +50,9 @@ docstring.
 
 Formulations (`formulation`): "auto" picks the sequence or the cumulative formulation by
 size (`run._build`); "timed" is the timed one (`timed`'s docstring: the simulator's own
-durations, devices in parallel, eager starts; peak memory only, on graphs whose durations
-are whole numbers of ticks), whose incumbents re-score to their model value in practice.
+durations, devices in parallel, eager starts; peak memory only, on graphs of at most
+`timed.MAX_OPS` ops whose durations are whole numbers of ticks), whose incumbents re-score
+to their model value in practice.
 The heuristics get `_TIMED_HEURISTIC_SHARE` of the limit (its own incumbents are as good),
 and without memory limits the one-at-a-time model runs first, for at most
 `_ONE_AT_A_TIME_SHARE` of the model's time (`_one_at_a_time_first`): its bound is often the
@@ -119,11 +120,15 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
         raise ValueError(f"formulation: expected auto, sequence, cumulative or timed, got "
                          f"{formulation!r}")
     if formulation == "timed":
-        from baselines.cpsat.timed import exact_ticks
+        from baselines.cpsat.timed import MAX_OPS, exact_ticks
 
         if problem.objective != "peak_memory":
             raise ValueError("formulation timed: models peak memory only, not "
                              f"{problem.objective}")
+        if problem.graph.num_nodes > MAX_OPS:
+            raise ValueError(f"formulation timed: graphs of at most {MAX_OPS} ops (its size "
+                             f"grows as ops^3); this one has {problem.graph.num_nodes}: "
+                             f"use formulation auto")
         if exact_ticks(problem) is None:
             raise ValueError("formulation timed: the ops' costs and transfer times are not "
                              "whole numbers of ticks of 1e-9 µs or coarser")
@@ -271,6 +276,7 @@ def _one_at_a_time_first(problem: Problem, hint, hint_trace, extra: dict, time_l
         extra["one_at_a_time_value"] = best["value"]
         if hint is None or best["value"] < hint.value:
             hint = Solution(**best, evaluations=used, method="cpsat-one-at-a-time")
+            extra["hint_method"], extra["hint_value"] = hint.method, float(hint.value)
             hint_trace = trace(problem.graph, problem.devices, hint.placement, hint.priority,
                                hint.transfer_priority)
             used += 1
