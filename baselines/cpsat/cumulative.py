@@ -12,8 +12,7 @@ from ortools.sat.python import cp_model
 from baselines.cpsat.model import (CpModelHandles, _durations, _final_state_bound,
                                    _memory_arrays, _model_limits, _placement_vars,
                                    _time_windows)
-from baselines.cpsat.timed import MAX_OPS as TIMED_MAX_OPS
-from baselines.cpsat.timed import EagerInputs, add_eager_starts, exact_ticks
+from baselines.cpsat.timed import EagerInputs, add_eager_starts, timed_ticks
 from regal.optimizers import Problem
 
 
@@ -25,16 +24,7 @@ def build_model(problem: Problem, timed: bool = False) -> CpModelHandles:
     peak_mode = problem.objective == "peak_memory"
     sequential = peak_mode and not timed
     if timed:
-        if not peak_mode:
-            raise ValueError("the timed formulation models peak memory only")
-        if n > TIMED_MAX_OPS:
-            raise ValueError(f"the timed formulation is built for graphs of at most "
-                             f"{TIMED_MAX_OPS} ops (its size grows as ops^3); this one has {n}")
-        ticks = exact_ticks(problem)
-        if ticks is None:
-            raise ValueError("the timed formulation needs every op's compute cost and transfer "
-                             "time to be a whole number of ticks of 1e-9 µs or coarser")
-        op_dur, tr_dur, scale = ticks
+        op_dur, tr_dur, scale = timed_ticks(problem)
         tick = 1.0 / scale
     else:
         op_dur, tr_dur, tick = _durations(problem, sequential)

@@ -15,7 +15,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from baselines.cpsat.model import CpModelHandles, _colocation, _durations, _symmetric
-from regal.optimizers import Problem, Solution
+from regal.optimizers import Problem, Solution, score
 
 _HINT_BRKGA_MAX = 1000   # evaluations a hint's BRKGA may spend at most
 _METF_MAX_OPS = 1000     # m-ETF's time grows about quadratically (~8 s at 2,900 ops)
@@ -90,6 +90,16 @@ def best_heuristic(problem: Problem, budget: int, seed: int, seconds: float | No
     return best, used, values
 
 
+def rescored(problem: Problem, initial) -> list[tuple[Solution, dict]]:
+    """(solution, the simulator's fields on `problem`) for each of `initial` (a Solution or
+    several): the starts a caller gives `cpsat` or `cpsat-lns`."""
+    found = [initial] if isinstance(initial, Solution) else list(initial)
+    if not found:
+        raise ValueError("initial: no solution given")
+    return [(solution, score(problem, solution.placement, solution.priority,
+                             solution.transfer_priority)) for solution in found]
+
+
 def _respects(placement: np.ndarray, leader: np.ndarray, pinned: np.ndarray) -> bool:
     """Whether a placement keeps every colocation group together and every pin."""
     placement = np.asarray(placement)
@@ -124,10 +134,6 @@ def _schedule_of(problem: Problem, handles: CpModelHandles, sim_trace, relabel: 
     """
     graph = problem.graph
     n = graph.num_nodes
-    producer = graph.tensor_producer
-    position = np.empty(n, np.int64)
-    position[graph.topo_order] = np.arange(n)
-    placement = relabel[np.asarray(sim_trace.op_device)]
     if handles.formulation == "timed":
         scale = round(1.0 / handles.tick)
         op_start = {v: int(round(float(sim_trace.op_start[v]) * scale)) for v in range(n)}
@@ -136,6 +142,10 @@ def _schedule_of(problem: Problem, handles: CpModelHandles, sim_trace, relabel: 
             key = (int(t), int(relabel[sim_trace.transfer_dst[i]]))
             transfer_start[key] = int(round(float(sim_trace.transfer_start[i]) * scale))
         return op_start, transfer_start
+    producer = graph.tensor_producer
+    position = np.empty(n, np.int64)
+    position[graph.topo_order] = np.arange(n)
+    placement = relabel[np.asarray(sim_trace.op_device)]
     events = [(float(sim_trace.op_start[v]), 2 * int(position[v]), v) for v in range(n)]
     for i, t in enumerate(sim_trace.transfer_tensor):
         key = (int(t), int(relabel[sim_trace.transfer_dst[i]]))

@@ -505,16 +505,15 @@ def _start(problem: Problem, initial, budget: int, seed: int) -> tuple[dict, int
     """(fields, evaluations, name) of the start: the best of `initial` (a Solution or
     several), else the best cheap heuristic (`hint.best_heuristic`: single device, m-topo,
     gp-dfs, m-etf on small graphs)."""
+    from baselines.cpsat.hint import best_heuristic, rescored
+
     if initial is not None:
-        found = [initial] if isinstance(initial, Solution) else list(initial)
+        found = rescored(problem, initial)
         best = None
-        for solution in found:
-            fields = score(problem, solution.placement, solution.priority,
-                           solution.transfer_priority)
+        for solution, fields in found:
             if best is None or _better(fields, best[0]):
                 best = (fields, solution.method or "initial")
         return best[0], len(found), best[1]
-    from baselines.cpsat.hint import best_heuristic
 
     hint, used, _ = best_heuristic(problem, max(1, min(budget - 2, 4)), seed)
     if hint is None:

@@ -78,7 +78,7 @@ import time
 from ortools.sat.python import cp_model
 
 from baselines.cpsat.bounds import _exact_durations, closed_form_bound
-from baselines.cpsat.hint import best_heuristic
+from baselines.cpsat.hint import best_heuristic, rescored
 from baselines.cpsat.model import _model_limits
 from baselines.cpsat.run import (_HEURISTIC_SHARE, _MIN_SOLVE, _UNITS_PER_SECOND, _deadline,
                                  _largest_model, _model_fits, _model_units, _ModelRun,
@@ -120,18 +120,9 @@ def solve(problem: Problem, budget: int, seed: int = 0, *, time_limit: float = 1
         raise ValueError(f"formulation: expected auto, sequence, cumulative or timed, got "
                          f"{formulation!r}")
     if formulation == "timed":
-        from baselines.cpsat.timed import MAX_OPS, exact_ticks
+        from baselines.cpsat.timed import timed_ticks
 
-        if problem.objective != "peak_memory":
-            raise ValueError("formulation timed: models peak memory only, not "
-                             f"{problem.objective}")
-        if problem.graph.num_nodes > MAX_OPS:
-            raise ValueError(f"formulation timed: graphs of at most {MAX_OPS} ops (its size "
-                             f"grows as ops^3); this one has {problem.graph.num_nodes}: "
-                             f"use formulation auto")
-        if exact_ticks(problem) is None:
-            raise ValueError("formulation timed: the ops' costs and transfer times are not "
-                             "whole numbers of ticks of 1e-9 µs or coarser")
+        timed_ticks(problem)   # refuses what it cannot model before any work
     graph, devices = problem.graph, problem.devices
     if devices.has_speeds:
         raise ValueError("cpsat: device speeds are not modelled (its intervals are each op's "
@@ -286,13 +277,9 @@ def _one_at_a_time_first(problem: Problem, hint, hint_trace, extra: dict, time_l
 def _best_initial(problem: Problem, initial) -> tuple[Solution, int, dict]:
     """(the best of `initial` re-scored, evaluations, name -> value), as `best_heuristic`
     gives them."""
-    found = [initial] if isinstance(initial, Solution) else list(initial)
-    if not found:
-        raise ValueError("initial: no solution given")
+    found = rescored(problem, initial)
     best, values = None, {}
-    for i, solution in enumerate(found):
-        fields = score(problem, solution.placement, solution.priority,
-                       solution.transfer_priority)
+    for i, (solution, fields) in enumerate(found):
         name = solution.method or f"initial{i}"
         values[name] = float(fields["value"])
         if best is None or fields["value"] < best.value:

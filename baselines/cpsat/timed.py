@@ -72,6 +72,22 @@ def exact_ticks(problem) -> tuple[np.ndarray, np.ndarray, int] | None:
     return None
 
 
+def timed_ticks(problem) -> tuple[np.ndarray, np.ndarray, int]:
+    """`exact_ticks` of a problem the timed formulation can model; a ValueError that says
+    why otherwise (another objective, more than `MAX_OPS` ops, inexact durations)."""
+    if problem.objective != "peak_memory":
+        raise ValueError(f"formulation timed: models peak memory only, not {problem.objective}")
+    n = problem.graph.num_nodes
+    if n > MAX_OPS:
+        raise ValueError(f"formulation timed: graphs of at most {MAX_OPS} ops (its size grows "
+                         f"as ops^3); this one has {n}: use formulation auto")
+    ticks = exact_ticks(problem)
+    if ticks is None:
+        raise ValueError("formulation timed: the ops' costs and transfer times are not whole "
+                         "numbers of ticks of 1e-9 µs or coarser")
+    return ticks
+
+
 @dataclass
 class EagerInputs:
     """What `add_eager_starts` reads of the built model."""
@@ -105,7 +121,7 @@ def add_eager_starts(m, inputs: EagerInputs, horizon: int) -> None:
         src_end = {key: inputs.start[int(producer[key[0]])]
                    + int(inputs.op_dur[int(producer[key[0]])]) for key in keys}
 
-        def together(a, b, k=k):
+        def together(a, b):
             pa, pb = int(producer[a[0]]), int(producer[b[0]])
             return None if pa == pb else inputs.same(pa, pb)
 
@@ -157,7 +173,7 @@ def _ready_times(m, inputs: EagerInputs, horizon: int) -> list:
 
 
 def _eager(m, items: list, start, duration, ready, present, together, label: str) -> None:
-    """Busy, no-gap and chained constraints for `items` sharing one resource when
+    """Busy and no-gap constraints for `items` sharing one resource when
     `together(a, b)` (a literal, or None: always) and both are present (`present(a)`: a
     literal, or None: always)."""
     def lits(*keys):
