@@ -324,9 +324,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "5,000 evaluations on data/real and the synthetic test split; see the "
                         "README)")
     p.add_argument("--init", default=None, metavar="SOLUTION.json",
-                   help="warm start from an earlier solution of this graph (brkga, local-search)")
+                   help="warm start from an earlier solution of this graph (brkga, "
+                        "local-search, cpsat, cpsat-lns)")
     p.add_argument("--policy", default=None, metavar="DIR",
                    help="trained policy folder for --method regal (default: data/policy)")
+    p.add_argument("--formulation", default=None,
+                   choices=("auto", "sequence", "cumulative", "timed"),
+                   help="the CP-SAT model of --method cpsat (default auto: one op or copy at "
+                        "a time, a relaxation; timed: the simulator's timing and eager "
+                        "starts, peak memory only, at most 200 ops)")
     p.add_argument("--budget", type=int, default=None,
                    help=f"performance-model evaluations (default {DEFAULT_BUDGET}; with "
                         "--time-limit: no budget unless given, else whichever ends first)")

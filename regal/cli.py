@@ -217,6 +217,11 @@ def cmd_optimize(args) -> int:
     if args.init is not None and not _takes(method, "initial"):
         raise ValueError(f"--init: method {args.method!r} takes no warm start "
                          "(brkga and local-search do)")
+    if args.formulation is not None:
+        if not _takes(method, "formulation"):
+            raise ValueError(f"--formulation: method {args.method!r} builds no CP-SAT model "
+                             "of its own (--method cpsat does)")
+        options["formulation"] = args.formulation
     if args.policy is not None:
         if not _takes(method, "policy_dir"):
             raise ValueError(f"--policy: method {args.method!r} uses no policy "

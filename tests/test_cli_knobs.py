@@ -90,6 +90,21 @@ def test_warm_start_is_never_worse_than_its_start(tmp_path, method):
     assert warm["result"]["value"] <= start["result"]["value"]
 
 
+def test_formulation_picks_cpsats_model(tmp_path, capsys):
+    """--formulation timed runs cpsat's timed model: the status and certified gap are
+    printed, and the value written is the simulator's value of the solution written."""
+    code, record = optimize(tmp_path, "timed", "--method", "cpsat", "--formulation", "timed",
+                            "--time-limit", "3")
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "solver status:" in out and "certified:" in out
+    from regal.optimizers import score
+    problem = Problem(load_graph(GRAPH), DeviceSpec(2))
+    answer = read_solution(record, problem)
+    assert score(problem, answer.placement, answer.priority,
+                 answer.transfer_priority)["value"] == record["result"]["value"]
+
+
 def test_policy_runs_regal_and_compare_records_it(tmp_path):
     policy = REPO / "data" / "policy"
     code, record = optimize(tmp_path, "regal", "--method", "regal", "--policy", str(policy))
@@ -126,6 +141,11 @@ def test_bad_knobs_exit_2_naming_the_flag(tmp_path, capsys):
         (["--policy", str(tmp_path / "nope"), "--method", "regal"], "--policy"),
         (["--policy", str(tmp_path), "--method", "regal"], "--policy"),
         (["--policy", str(REPO / "data" / "policy")], "--policy"),
+        (["--formulation", "timed", "--method", "brkga"], "--formulation"),
+        (["--formulation", "exact", "--method", "cpsat"], "--formulation"),
+        # reaches the method: only the timed model refuses the step time
+        (["--formulation", "timed", "--method", "cpsat", "--objective", "makespan"],
+         "formulation timed"),
     ]
     for flags, needle in cases:
         refused(base + flags, capsys, needle)
