@@ -4,6 +4,7 @@
     nice -n 5 .venv/bin/python experiments/exact_small.py [--time-limit 60] [--devices 2,4]
         [--max-ops 100] [--sets synth-test,samples,tests] [--out experiments/results/exact_small]
         [--formulation auto|sequence|cumulative|timed] [--label cpsat] [--store STORE]
+        [--no-store-hint]
 
 Graph sets: `synth-test` the first 20 of the synthetic test split (`regal.synth.RECIPES`),
 `samples` data/synth/samples/*.npz (one per family and a training step), `tests` the
@@ -21,8 +22,9 @@ the comparison with the records of `--before` (the cpsat of before this change, 
 `--label before --out experiments/results/exact_small_before`) when they exist.
 
 With `--store`, each key the store has is hinted with its stored best instead of the
-heuristics (cpsat's `initial`), and a better answer, or a higher bound, is offered back to the
-store (its monotone writer): an exact improving phase over the stores (issue 39 item 3).
+heuristics (cpsat's `initial`; `--no-store-hint` keeps the heuristics' hint), and a better
+answer, or a higher bound, is offered back to the store (its monotone writer): an exact
+improving phase over the stores (issue 39 item 3).
 
 "Proven" is the simulator's claim, not the model's: the answer's simulated value equals a
 proven lower bound on every solution's (regal.bounds, or CP-SAT's bound on its relaxation).
@@ -93,9 +95,10 @@ def read_records(path: Path) -> list[dict]:
 
 
 def one_record(name: str, graph, d: int, time_limit: float, budget: int, seed: int,
-               label: str, options: dict, store=None) -> dict:
+               label: str, options: dict, store=None, store_hint: bool = True) -> dict:
     """One cpsat run; with `store` (a `regal.bestknown.Store`), hinted with the key's stored
-    best when it has one (cpsat's `initial`), and its answer and bound offered back."""
+    best when it has one (cpsat's `initial`; not with `store_hint` False: the heuristics then
+    make the hint, as without a store), and its answer and bound offered back."""
     from regal.bestknown import Entry, entry_key
     from regal.bounds import Bound
     from regal.optimizers import Problem, score, solve
@@ -105,7 +108,7 @@ def one_record(name: str, graph, d: int, time_limit: float, budget: int, seed: i
     stored = None
     if store is not None:
         stored = store.get(entry_key(graph.fingerprint(), d, None, "peak_memory"))
-        if stored is not None:
+        if stored is not None and store_hint:
             options = {**options, "initial": stored.solution(problem)}
     cpu = time.process_time()
     began = time.perf_counter()
@@ -227,11 +230,16 @@ def main() -> int:
     parser.add_argument("--store", default=None,
                         help="a best-known store (.jsonl): hint each key with its stored best, "
                              "and offer the answer and the bound back to it")
+    parser.add_argument("--no-store-hint", action="store_true",
+                        help="with --store: hint with the heuristics, as without a store (they "
+                             "may find what the store lacks), and still offer the answer back")
     parser.add_argument("--before", default=str(_ROOT / "experiments/results/exact_small_before"),
                         help="records to compare with (their .jsonl), when the file exists")
     args = parser.parse_args()
     if not args.time_limit > 0 or args.budget < 1:
         parser.error("--time-limit and --budget must be positive")
+    if args.no_store_hint and args.store is None:
+        parser.error("--no-store-hint: only with --store")
 
     store = None
     if args.store is not None:
@@ -254,7 +262,8 @@ def main() -> int:
             if key in done:
                 continue
             record = one_record(name, graph, d, args.time_limit, args.budget, args.seed,
-                                args.label, {"formulation": args.formulation}, store)
+                                args.label, {"formulation": args.formulation}, store,
+                                not args.no_store_hint)
             records.append(record)
             done.add(key)
             with open(jsonl, "a") as f:
