@@ -21,7 +21,8 @@ DEFAULT_METHOD = "local-search"
 
 __all__ = ["DEFAULT_BUDGET", "DEFAULT_METHOD", "build_parser", "parse_size", "parse_sizes",
            "parse_speeds", "parse_names",
-           "device_count", "check_device_counts", "check_output", "parse_pins", "int_list", "checked_policy_dir",
+           "device_count", "check_device_counts", "check_output", "parse_pins",
+           "int_list", "checked_policy_dir",
            "non_negative_int", "positive_int", "positive_float", "non_negative_float"]
 
 
@@ -129,12 +130,17 @@ positive_float = _finite_float(0.0, inclusive=False)
 non_negative_float = _finite_float(0.0, inclusive=True)
 
 
-def check_output(flag: str, path, folder: bool = False) -> None:
+def check_output(flag: str, path, folder: bool = False, inputs: tuple = ()) -> None:
     """Fails before any work when `path` cannot be written: a file's folder must exist and
     be writable, and the path must not be a folder (or, for a folder, a file); a folder that
-    does not exist yet needs a writable nearest existing parent."""
+    does not exist yet needs a writable nearest existing parent. `inputs`: files the command
+    reads, which the output must not replace."""
     if path is None:
         return
+    for given in inputs:
+        if given is not None and _same_file(path, given):
+            raise ValueError(f"{flag} {path}: is also an input of this command (it would be "
+                             "overwritten); write elsewhere")
     path = os.path.abspath(path)
     if os.path.isdir(path) != folder and os.path.exists(path):
         raise ValueError(f"{flag} {path}: is {'not a folder' if folder else 'a folder'}")
@@ -157,6 +163,13 @@ def check_output(flag: str, path, folder: bool = False) -> None:
             raise ValueError(f"{flag} {path}: the file is not writable")
     if not os.access(target, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {path}: the folder {target} is not writable")
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet): compare the paths
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def parse_pins(items) -> dict:

@@ -212,7 +212,9 @@ def load_store(path) -> tuple[dict, dict]:
     """(best entry per key, seconds of effort per key) of a store file; missing file = empty.
     Each entry carries the largest bound of its key's lines (`Entry.bound`).
 
-    Lines that are not well-formed entries are skipped (a torn tail, a foreign line)."""
+    Lines that are not well-formed entries are skipped (a torn tail, a foreign line); a file
+    with lines but none of them the store's (another file named by mistake: compare's
+    records, a text) is a ValueError, not an empty store."""
     from regal.harness import read_records
 
     path = Path(path)
@@ -221,7 +223,10 @@ def load_store(path) -> tuple[dict, dict]:
     best: dict[tuple, Entry] = {}
     effort: dict[tuple, float] = {}
     bounds: dict[tuple, tuple] = {}  # key -> (largest bound, its source)
-    for record in read_records(path):
+    skipped: dict = {}
+    records = read_records(path, skipped)
+    kept = 0
+    for record in records:
         if isinstance(record, dict) and record.get("kind") in ("effort", "bound"):
             try:
                 key = record_store_key(record)
@@ -229,16 +234,22 @@ def load_store(path) -> tuple[dict, dict]:
                     effort[key] = effort.get(key, 0.0) + float(record["seconds"])
                 else:
                     _raise_bound(bounds, key, *_bound_of(record))
+                kept += 1
             except (KeyError, TypeError, ValueError):
                 pass
             continue
         entry = _entry_from_record(record)
         if entry is None:
             continue
+        kept += 1
         _raise_bound(bounds, entry.key(), entry.bound, entry.bound_source)
         old = best.get(entry.key())
         if old is None or entry.value < old.value:
             best[entry.key()] = entry
+    lines = len(records) + sum(count for count, _, _ in skipped.values())
+    if kept == 0 and lines > 0:
+        raise ValueError(f"best-known store {path}: none of its {lines} lines is a store "
+                         f"entry; not a best-known store")
     return {key: _with_bound(entry, bounds.get(key)) for key, entry in best.items()}, effort
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import sys
 
-from regal.arguments import (DEFAULT_BUDGET, build_parser, check_device_counts,
-                             check_output, checked_policy_dir, parse_pins)
+from regal.arguments import (DEFAULT_BUDGET, build_parser, check_device_counts, check_output,
+                             checked_policy_dir, parse_pins)
 
 EXIT_USAGE = 2
 EXIT_INFEASIBLE = 3  # `regal optimize`: no solution found within the memory limits
+EXIT_RUNS_FAILED = 1  # `regal compare`: some runs failed (the others are recorded)
 
 
 class UserError(Exception):
@@ -95,10 +96,10 @@ def cmd_import(args) -> int:
     if Path(args.out).suffix.lower() not in SUFFIXES:
         raise ValueError(f"--out {args.out}: unknown graph file suffix; use one of "
                          f"{', '.join(SUFFIXES)}")
-    check_output("--out", args.out)
+    check_output("--out", args.out, inputs=(args.model,))
     graph = load_graph_or_model(args.model, batch_size=args.batch, training=args.training,
                                 run=args.run, trust_code=args.trust_code,
-                                **_loss_args(args))
+                                **_loss_args(args, args.model))
     save_graph(graph, args.out)
     s = summarize(graph)
     print(f"wrote {args.out}: {s['ops']:,} ops, {s['tensors']:,} tensors, "
@@ -110,10 +111,19 @@ def cmd_import(args) -> int:
 def cmd_data_real(args) -> int:
     from pathlib import Path
 
-    from regal.io.tf_models import build_real_set, write_real_readme
+    from regal.io.tf_models import README_TITLE, build_real_set, write_real_readme
 
-    paths = build_real_set(args.out, models=args.models, progress=not args.quiet)
+    # the table's file, checked before the imports (they may take an hour): the default
+    # OUT/../README.md is replaced only when this command wrote it (the project's data/)
     readme = args.readme or str(Path(args.out).parent / "README.md")
+    check_output("--readme", readme)
+    if args.readme is None and os.path.isfile(readme):
+        with open(readme, encoding="utf-8", errors="replace") as f:
+            first = f.readline().rstrip("\n")
+        if first != README_TITLE:
+            raise ValueError(f"--readme: {readme} exists and is not a table this command "
+                             f"wrote; name the table's file with --readme")
+    paths = build_real_set(args.out, models=args.models, progress=not args.quiet)
     write_real_readme(args.out, readme)
     print(f"{len(paths)} real graphs in {args.out}; table in {readme}")
     return 0
@@ -216,7 +226,7 @@ def cmd_optimize(args) -> int:
     speeds = _device_speeds(args)  # a bad preset or count fails before the graph is read
     if args.init is not None and not _takes(method, "initial"):
         raise ValueError(f"--init: method {args.method!r} takes no warm start "
-                         "(brkga and local-search do)")
+                         "(brkga, local-search, cpsat and cpsat-lns do)")
     if args.formulation is not None:
         if not _takes(method, "formulation"):
             raise ValueError(f"--formulation: method {args.method!r} builds no CP-SAT model "
@@ -225,13 +235,14 @@ def cmd_optimize(args) -> int:
     if args.policy is not None:
         if not _takes(method, "policy_dir"):
             raise ValueError(f"--policy: method {args.method!r} uses no policy "
-                             "(--method regal does)")
+                             "(regal and regal-paper do)")
         options["policy_dir"] = checked_policy_dir(args.policy)
-    check_output("--out", args.out)
-    check_output("--plot", args.plot)
+    # --out may replace its own --init (an improved solution in place), nothing else read
+    check_output("--out", args.out, inputs=(args.graph, args.plot))
+    check_output("--plot", args.plot, inputs=(args.graph, args.init))
     graph = load_graph_or_model(args.graph, batch_size=args.batch, training=args.training,
                                 run=args.run, trust_code=args.trust_code,
-                                **_loss_args(args))
+                                **_loss_args(args, args.graph))
     imported = graph  # what `regal apply` re-imports: the user's constraints come on top
     if args.pin or args.colocate:
         from regal.constraints import with_constraints
@@ -249,7 +260,8 @@ def cmd_optimize(args) -> int:
     if args.init is not None:
         from regal.io.solution import read_solution_file
         try:
-            options["initial"] = optimizers.read_solution(read_solution_file(args.init), problem)
+            options["initial"] = optimizers.read_solution(read_solution_file(args.init), problem,
+                                                          imported.fingerprint())
         except ValueError as exc:
             raise ValueError(f"--init {args.init}: {exc}") from None
     from regal.units import format_bytes, format_duration_us
@@ -334,7 +346,7 @@ def cmd_compare(args) -> int:
         takers = [m for m in methods if _takes(optimizers.get_method(m), "policy_dir")]
         if not takers:
             raise ValueError(f"--policy: none of the methods {','.join(methods)} uses a policy "
-                             "(regal does)")
+                             "(regal and regal-paper do)")
         policy_dir = portable_policy_dir(checked_policy_dir(args.policy))  # records name it
         method_options = {m: {"policy_dir": policy_dir} for m in takers}
     if args.time_limit is not None:  # every run's options: recorded, and part of its key
@@ -352,6 +364,10 @@ def cmd_compare(args) -> int:
         print(f"  failed: {method} on {graph}: {error}")
     for line in summary.skipped_lines:
         print(f"regal: warning: {line}; its run was done again", file=sys.stderr)
+    if summary.failed:
+        print(f"regal: error: {summary.failed} run{'s' * (summary.failed != 1)} failed (the "
+              f"records keep why; the same command runs them again)", file=sys.stderr)
+        return EXIT_RUNS_FAILED
     return 0
 
 
@@ -441,9 +457,18 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _loss_args(args) -> dict:
+def _loss_args(args, source=None) -> dict:
     """--loss and --custom-objects as the importer takes them; plain mistakes fail here,
-    before TensorFlow is paid for (an unknown loss name fails in the importer, one line)."""
+    before TensorFlow is paid for (an unknown loss name fails in the importer, one line).
+    `source`: what is read; a graph file gets no advice to add --training (the loader then
+    says that these flags are for models)."""
+    if source is not None:
+        from regal.io.sources import is_model
+        if not is_model(source):
+            return {k: v for k, v in (("loss", args.loss),
+                                      ("custom_objects", args.custom_objects),
+                                      ("microbatches", getattr(args, "microbatches", None)))
+                    if v is not None}
     if args.loss is not None and not args.training:
         raise ValueError("--loss: only a training step has a loss (add --training)")
     if args.custom_objects is not None:
@@ -464,7 +489,8 @@ def _loss_args(args) -> dict:
 
 
 def cmd_apply(args) -> int:
-    check_output("--out", args.out, folder=True)  # before TensorFlow is paid for
+    check_output("--out", args.out, folder=True,  # before TensorFlow is paid for
+                 inputs=(args.model, args.solution))
     loss_args = _loss_args(args)
     from regal.io.solution import check_device_format, read_solution_file
     solution = read_solution_file(args.solution)  # a bad file: one line, before TensorFlow
@@ -501,7 +527,7 @@ def cmd_apply(args) -> int:
 
 
 def cmd_measure(args) -> int:
-    check_output("--json", args.json)  # before TensorFlow is paid for
+    check_output("--json", args.json, inputs=(args.solution, args.model))  # before TensorFlow
     loss_args = _loss_args(args)
     from regal.io.solution import read_solution_file
     solution = read_solution_file(args.solution)  # a bad file: one line, before TensorFlow

@@ -3,8 +3,9 @@
 Records are JSON lines appended to `<out>/records.jsonl` (`regal.records`: keys, checks,
 reading, the writer), flushed and fsynced one by one,
 so a killed experiment loses at most the runs in flight; a rerun skips every key that is
-already stored (a torn last line is cut off first), so it resumes and never duplicates a
-record. Runs fan out over a local spawn-based process pool, or over Ray when asked.
+already stored with status ok (a torn last line is cut off first), so it resumes and never
+duplicates a finished run; a failed run (a crash, a worker that died) is tried again, and
+readers keep the ok record of a key over its failed ones. Runs fan out over a local spawn-based process pool, or over Ray when asked.
 Every value is the simulator's re-score (`regal.optimizers.solve`), never the method's word.
 """
 
@@ -402,8 +403,9 @@ def run_experiment(methods: Sequence[str], graphs, out, *, seeds=3, budgets=5000
     path = out / RECORDS_FILE
     writer = RecordWriter(path)
     try:
-        unusable: dict = {}  # a garbled line's run is simply run again
-        done = {record_key(r) for r in read_records(path, unusable, check=True)}
+        unusable: dict = {}  # a garbled line's run is simply run again, and a failed one
+        done = {record_key(r) for r in read_records(path, unusable, check=True)
+                if r.get("status") == "ok"}
         todo = [t for t in tasks if t.key() not in done]
         summary = RunSummary(str(path), total=len(tasks), skipped=len(tasks) - len(todo),
                              skipped_lines=skipped_lines(unusable))

@@ -260,13 +260,16 @@ def solve_regal(problem: Problem, budget: int, seed: int, *, policy_dir=None, po
     return dataclasses.replace(found, extra=extra)
 
 
-def solve_regal_paper(problem: Problem, budget: int, seed: int = 0, **options) -> Solution:
+def solve_regal_paper(problem: Problem, budget: int, seed: int = 0, *, policy_dir=None,
+                      **options) -> Solution:
     """The paper's configuration: the policy's BRKGA on the whole budget, no climbs (REGAL as
     published, Paliwal et al. 2020), kept runnable by name (`regal-paper`) beside the
-    pipeline. `solve_regal` with `polish_share` 0; `options` are its other options."""
+    pipeline. `solve_regal` with `polish_share` 0; `options` are its other options
+    (`policy_dir` named here, so that `--policy` reaches it from the command line)."""
     if "polish_share" in options:
         raise ValueError("polish_share: regal-paper spends the whole budget on BRKGA; use "
                          "the regal method to give the climbs a share")
-    found = solve_regal(problem, budget, seed, polish_share=0.0, **options)
+    found = solve_regal(problem, budget, seed, policy_dir=policy_dir, polish_share=0.0,
+                        **options)
     return dataclasses.replace(found, method="regal-paper")
 

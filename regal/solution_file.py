@@ -83,8 +83,10 @@ def solution_record(problem: Problem, solution: Solution, budget: int,
     }
 
 
-def read_solution(record: dict, problem: Problem) -> Solution:
+def read_solution(record: dict, problem: Problem, imported: str | None = None) -> Solution:
     """A solution.json record -> Solution re-scored on `problem` (checks the graph hash).
+    `imported`: the fingerprint of `problem`'s graph before --pin / --colocate, so that a
+    solution of the same graph under other constraints is named as such.
 
     The record may have been edited by hand: every field used is checked, and a bad one is a
     ValueError naming the op (by name) and the field, never a TypeError or a silent cast.
@@ -99,6 +101,11 @@ def read_solution(record: dict, problem: Problem) -> Solution:
         raise ValueError(f"solution: expected a JSON object, got {type(record).__name__}")
     about = record.get("graph")
     if not isinstance(about, dict) or about.get("fingerprint") != graph.fingerprint():
+        base = graph.fingerprint() if imported is None else imported
+        if isinstance(about, dict) and base in (about.get("fingerprint"),
+                                                about.get("imported_fingerprint")):
+            raise ValueError("solution: made for this graph under other --pin / --colocate "
+                             "constraints; give the ones of the run that wrote it")
         raise ValueError("solution: graph fingerprint differs from the graph given")
     ops = record.get("ops")
     if not isinstance(ops, dict):

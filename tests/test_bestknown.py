@@ -83,6 +83,35 @@ def test_reader_skips_foreign_and_torn_lines(tmp_path):
     assert load_store(path)[1] == {next(iter(best)): 1.5}
 
 
+def test_a_file_without_store_lines_is_no_store(tmp_path, capsys):
+    """A file named as a store by mistake (garbage, compare's records) is refused, by the
+    reader and by the commands, not read as an empty store nor appended to."""
+    from helpers import refused
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(b"not json\n\x00\x01\n")
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps({"method": "random", "graph": "g", "value": 1.0}) + "\n")
+    for path in (garbage, records):
+        with pytest.raises(ValueError, match="not a best-known store"):
+            load_store(path)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert load_store(empty) == ({}, {})  # an empty file is an empty store
+    from regal.cli import main
+    (tmp_path / "graphs").mkdir()
+    _, graph = _graph_file(tmp_path / "graphs", 3, ops=8)
+    before = records.read_bytes()
+    refused(["best-known", str(graph), "--devices", "2", "--time-per-graph", "1", "--out",
+             str(records)], capsys, "not a best-known store")
+    assert records.read_bytes() == before
+    results = tmp_path / "res"
+    assert main(["compare", "--methods", "random", "--graphs", str(tmp_path / "graphs"),
+                 "--seeds", "1", "--budget", "50", "--workers", "1", "--quiet", "--out",
+                 str(results)]) == 0
+    refused(["report", str(results), "--best-known", str(garbage), "--out",
+             str(tmp_path / "rep")], capsys, "not a best-known store")
+
+
 def test_build_resumes_and_never_gets_worse(tmp_path):
     _, p1 = _graph_file(tmp_path, 11)
     _, p2 = _graph_file(tmp_path, 12)

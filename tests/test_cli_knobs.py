@@ -105,6 +105,51 @@ def test_formulation_picks_cpsats_model(tmp_path, capsys):
                  answer.transfer_priority)["value"] == record["result"]["value"]
 
 
+def test_regal_paper_takes_a_policy(tmp_path):
+    """--policy reaches regal-paper too: the same answer as the library's run with it."""
+    from regal.optimizers import solve
+    policy = REPO / "data" / "policy"
+    code, record = optimize(tmp_path, "paper", "--method", "regal-paper", "--policy",
+                            str(policy))
+    assert code == 0 and record["method"] == "regal-paper"
+    problem = Problem(load_graph(GRAPH), DeviceSpec(2))
+    assert record["result"]["value"] == solve("regal-paper", problem, 200, 0,
+                                              policy_dir=str(policy)).value
+
+
+def test_an_output_never_replaces_an_input(tmp_path, capsys):
+    """--out / --plot naming the graph (or each other), measure's --json naming its solution:
+    refused before anything is written; --out may still replace its own --init."""
+    graph = tmp_path / "g.npz"
+    graph.write_bytes(Path(GRAPH).read_bytes())
+    kept = graph.read_bytes()
+    base = ["optimize", str(graph), "--devices", "2", "--budget", "100"]
+    refused(base + ["--out", str(graph)], capsys, "--out")
+    refused(base + ["--plot", str(graph)], capsys, "--plot")
+    refused(base + ["--out", str(tmp_path / "x.json"), "--plot", str(tmp_path / "x.json")],
+            capsys, "--out")
+    assert graph.read_bytes() == kept and not (tmp_path / "x.json").exists()
+    solution = tmp_path / "s.json"
+    assert main(base + ["--out", str(solution)]) == 0
+    refused(base + ["--init", str(solution), "--plot", str(solution)], capsys, "--plot")
+    refused(["measure", "m", "--solution", str(solution), "--json", str(solution)], capsys,
+            "--json")
+    assert main(base + ["--init", str(solution), "--out", str(solution)]) == 0
+
+
+def test_init_under_other_constraints_is_named(tmp_path, capsys):
+    """A solution of this graph made with --pin, given as --init to a run without (and the
+    reverse), is refused with a line that names the constraints, not the graph."""
+    pinned = ["--pin", "node_3=1"]
+    assert optimize(tmp_path, "pinned", *pinned)[0] == 0
+    assert optimize(tmp_path, "free")[0] == 0
+    base = ["optimize", GRAPH, "--devices", "2", "--budget", "100", "--method", "brkga"]
+    refused(base + ["--init", str(tmp_path / "pinned.json")], capsys, "--pin / --colocate")
+    refused(base + pinned + ["--init", str(tmp_path / "free.json")], capsys,
+            "--pin / --colocate")
+    assert main(base + pinned + ["--init", str(tmp_path / "pinned.json")]) == 0
+
+
 def test_policy_runs_regal_and_compare_records_it(tmp_path):
     policy = REPO / "data" / "policy"
     code, record = optimize(tmp_path, "regal", "--method", "regal", "--policy", str(policy))
@@ -141,6 +186,9 @@ def test_bad_knobs_exit_2_naming_the_flag(tmp_path, capsys):
         (["--policy", str(tmp_path / "nope"), "--method", "regal"], "--policy"),
         (["--policy", str(tmp_path), "--method", "regal"], "--policy"),
         (["--policy", str(REPO / "data" / "policy")], "--policy"),
+        # model-only flags on a graph file: that, not "add --training"
+        (["--loss", "mse"], "apply only to a model"),
+        (["--microbatches", "2"], "apply only to a model"),
         (["--formulation", "timed", "--method", "brkga"], "--formulation"),
         (["--formulation", "exact", "--method", "cpsat"], "--formulation"),
         # reaches the method: only the timed model refuses the step time

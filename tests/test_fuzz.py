@@ -920,8 +920,9 @@ def disk_case(world, name: str, folder: Path) -> tuple[list[str], Path]:
         return ["compare", "--methods", "random,brkga", "--graphs", graphs, "--budget", "100",
                 "--seeds", "3", "--workers", "1", "--quiet", "--out", str(folder)], out
     if name == "best-known":
-        out = folder / "bk.jsonl"
-        out.write_bytes(b'{"note": "a line from before"}\n')
+        out = folder / "bk.jsonl"  # a store line from before (a file of none is no store)
+        out.write_bytes(b'{"kind": "effort", "fingerprint": "0000000000000000", "devices": 2, '
+                        b'"memory_limit": null, "objective": "peak_memory", "seconds": 1.0}\n')
         return ["best-known", graph, "--devices", "2", "--time-per-graph", "1", "--workers",
                 "1", "--quiet", "--out", str(out)], out
     if name == "import":

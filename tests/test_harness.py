@@ -146,10 +146,25 @@ def test_failing_method_is_recorded_and_the_run_goes_on(graph_dir, tmp_path, reg
             assert r["error"] == f"RuntimeError: boom on {r['ops']} ops"
             assert r["value"] is None
         assert all(r["status"] == "ok" for r in records if r not in failed)
-        # failed records are records too: a rerun does not repeat them
+        # a rerun tries the failed runs again (a killed worker's run is not lost), not the rest
         rerun = harness.run_experiment(["test-crash", "random"], graph_dir, out, seeds=1,
                                        budgets=BUDGET, workers=workers, progress=False)
-        assert rerun.ran == 0
+        assert rerun.ran == rerun.failed == len(failed)
+        assert rerun.skipped == len(records) - len(failed)
+        assert len(_lines(out / harness.RECORDS_FILE)) == len(records) + len(failed)
+
+
+def test_compare_exits_1_when_runs_failed(graph_dir, tmp_path, registered, capsys):
+    """`regal compare` says how many runs failed and exits 1; the others are recorded."""
+    from regal.cli import main
+    code = main(["compare", "--methods", "test-crash,random", "--graphs", str(graph_dir),
+                 "--seeds", "1", "--budget", str(BUDGET), "--workers", "1", "--quiet",
+                 "--out", str(tmp_path / "res")])
+    err = capsys.readouterr().err
+    records = _lines(tmp_path / "res" / harness.RECORDS_FILE)
+    failed = sum(r["status"] == "failed" for r in records)
+    assert code == 1 and failed > 0 and f"{failed} runs failed" in err
+    assert sum(r["status"] == "ok" for r in records) == len(records) - failed
 
 
 _KILL_SCRIPT = """

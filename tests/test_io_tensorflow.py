@@ -255,6 +255,20 @@ def test_type_error_inside_a_model_builder_stays_the_users(tmp_path, monkeypatch
         tfio.import_model("builds_badly:build")
 
 
+def test_a_models_module_in_the_current_folder_is_found(tmp_path, monkeypatch):
+    """The `regal` script, unlike `python -m`, does not put the current folder on sys.path;
+    `package.module:attr` still finds a module there (the README's `my_models.nets:...`)."""
+    import sys
+    (tmp_path / "here_net.py").write_text(
+        "import tensorflow as tf\n"
+        "def build():\n"
+        "    return tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    graph = tfio.import_model("here_net:build")
+    assert graph.num_nodes > 0 and graph.persistent_memory.sum() == (3 * 2 + 2) * 4
+
+
 def _lambda_model(marker):
     """A model whose Lambda layer creates `marker` whenever the model is built or rebuilt."""
     x = tf.keras.Input((4,))

@@ -315,3 +315,17 @@ def test_apply_refuses_missing_models_and_graph_files(tmp_path, capsys):
         assert main(["apply", model, "--solution", str(sol), "--out",
                      str(tmp_path / "placed")]) == 2
         assert model in one_error_line(capsys)
+
+
+def test_data_real_keeps_a_readme_it_did_not_write(tmp_path, capsys):
+    """`regal data real --out DIR/real` writes its table to DIR/README.md by default (the
+    project's data/ folder); a README of someone else's there is refused before any import,
+    and left as it was."""
+    from helpers import refused
+    readme = tmp_path / "README.md"
+    readme.write_text("# my project\n")
+    refused(["data", "real", "--out", str(tmp_path / "real"), "--models", "mobilenetv2",
+             "--quiet"], capsys, "--readme")
+    assert readme.read_text() == "# my project\n" and not (tmp_path / "real").exists()
+    refused(["data", "real", "--out", str(tmp_path / "real"), "--readme",
+             str(tmp_path / "missing" / "table.md")], capsys, "--readme")

@@ -19,7 +19,7 @@ from typing import Callable, Sequence  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
 
-__all__ = ["REAL_MODELS", "BATCH_SIZES", "real_graph_name", "build_real_set",
+__all__ = ["REAL_MODELS", "BATCH_SIZES", "README_TITLE", "real_graph_name", "build_real_set",
            "write_real_readme", "transformer_encoder", "transformer_decoder"]
 
 BATCH_SIZES = (1, 32)
@@ -158,7 +158,8 @@ def write_real_readme(out_dir: str | os.PathLike, readme: str | os.PathLike) -> 
     return text
 
 
-_README = """# Graph sets
+README_TITLE = "# Graph sets"  # the first line of the table's file (`regal data real`)
+_README = README_TITLE + """
 
 ## `real/`: real TensorFlow graphs ({count} files, {size})
 

@@ -27,6 +27,7 @@ import importlib
 import inspect
 import os
 import re
+import sys
 from pathlib import Path
 
 import tensorflow as tf  # loaded by the package's __init__, through regal.tfenv
@@ -51,6 +52,10 @@ def resolve_model(spec: str):
             return lambda: ctor(weights=None)
     if ":" in spec and not Path(spec).exists():
         module_name, _, attr = spec.partition(":")
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            # the `regal` script, unlike `python -m`, does not look in the current folder,
+            # where a user's own models module most often is
+            sys.path.insert(0, os.getcwd())
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
