@@ -180,6 +180,8 @@ def parse_pins(items) -> dict:
         if not sep or not op or not device.strip().lstrip("-").isdigit():
             raise ValueError(f"--pin {item!r}: expected OP=DEVICE (OP a name or pattern, "
                              f"DEVICE an integer)")
+        if op in pins and pins[op] != int(device):
+            raise ValueError(f"--pin {item!r}: {op!r} is pinned to device {pins[op]} already")
         pins[op] = int(device)
     return pins
 
@@ -397,8 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="Table 1 (Markdown, CSV, bar chart) from compare records")
     p.add_argument("results", metavar="DIR", help="folder of records (*.jsonl, recursively)")
-    p.add_argument("--out", default=None, metavar="DIR", help="where to write (default: DIR)")
-    p.add_argument("--baseline-budget", type=int, default=5000,
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="where to write (default: DIR, or the folder of a records file)")
+    p.add_argument("--baseline-budget", type=positive_int, default=5000,
                    help="budget of the brkga runs that are the baseline (default 5000)")
     p.add_argument("--no-chart", action="store_true", help="tables only")
     p.add_argument("--best-known", nargs="+", default=None, metavar="STORE",
@@ -552,7 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--training", action="store_true", help="the training step was solved")
     p.add_argument("--device-type", choices=("auto", "cpu", "gpu"), default="auto",
                    help="auto: logical GPUs when a GPU exists, else logical CPUs")
-    p.add_argument("--runs", type=int, default=3, help="warm-up runs before measuring")
+    p.add_argument("--runs", type=non_negative_int, default=3,
+                   help="warm-up runs before measuring")
     p.add_argument("--timed-runs", type=non_negative_int, default=5, metavar="N",
                    help="timed runs after the warm-up; the measured step time is their "
                         "median wall time (default 5; 0: not timed)")

@@ -297,7 +297,8 @@ def cmd_optimize(args) -> int:
     fit = None
     if not solution.feasible and not args.no_fit_search:
         fit = _fit_search(problem, budget, args.seed)
-    print(f"{args.graph}: {graph.num_nodes:,} ops on {devices.count} devices")
+    print(f"{args.graph}: {graph.num_nodes:,} op{'s' * (graph.num_nodes != 1)} on "
+          f"{devices.count} device{'s' * (devices.count != 1)}")
     if devices.has_speeds:
         from regal.sim.speeds import describe_speed
         names = devices.presets or ()
@@ -554,6 +555,9 @@ def cmd_best_known(args) -> int:
         return _best_known_bounds(args)
     if args.again:
         raise ValueError("--again: only with --bounds-only (it recomputes stored bounds)")
+    if args.bound_time is not None:
+        raise ValueError("--bound-time: only with --bounds-only (a build gives each bound a "
+                         "fixed few seconds)")
     if args.time_per_graph is None:
         raise ValueError("--time-per-graph: required (portfolio CPU seconds per graph and "
                          "device count), unless --bounds-only")

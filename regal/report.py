@@ -538,7 +538,8 @@ def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
                  chart: bool = True, keep=None, best_known=None, bounds: bool = True,
                  pool_limits: bool = False) -> dict:
     """Reads every record under `results` (those `keep(record)` accepts, if given); writes
-    table.md, table.csv and a bar chart per setting into `out` (default: `results`).
+    table.md, table.csv and a bar chart per setting into `out` (default: `results`, or the
+    folder of a `results` file).
     `best_known`: store files (default: the shipped stores under data/bestknown/), for the
     best values and the lower bounds they keep. `bounds`: also compute lower bounds from the
     records' graph files (`lower_bounds`; the larger of the two counts).
@@ -563,7 +564,9 @@ def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
     rows = summarize(records, baseline, best_known=best_known_values(entries=entries),
                      bounds=lower_bounds(records) if bounds else None, pool_limits=pool_limits,
                      known_bounds=best_known_bounds(entries=entries))
-    out = Path(results if out is None else out)
+    if out is None:
+        out = Path(results) if not Path(results).is_file() else Path(results).parent
+    out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: {out} is a file, expected a folder")
     out.mkdir(parents=True, exist_ok=True)

@@ -53,7 +53,8 @@ def describe(problem: Problem, solution: Solution, references: list[Solution],
     one = next((ref for ref in references if ref.method == "one-device"), None)
     objective = problem.objective.replace("_", " ")
     lines = [f"method {solution.method}, seed {solution.seed}: {solution.evaluations:,} "
-             f"evaluations in {solution.wall_time:.1f} s, objective {objective}"]
+             f"evaluation{'s' * (solution.evaluations != 1)} in {solution.wall_time:.1f} s, "
+             f"objective {objective}"]
 
     # devices of unequal speeds: the yardstick is the fastest device (`optimizers.one_device`)
     which = "" if one is None or one.extra.get("fastest_device") is None else \

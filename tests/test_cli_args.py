@@ -154,6 +154,18 @@ def test_other_outputs_are_checked_first(graph, tmp_path, capsys, no_work, comma
     refused([a.format(graph=graph, tmp=tmp_path) for a in command], capsys, flag)
 
 
+@pytest.mark.parametrize("command, needle", [
+    (["bounds", "{tmp}", "--devices", "2"], "a folder, not a graph file"),
+    (["data", "info", "{tmp}"], "a folder, not a graph file"),
+    (["report", "{tmp}", "--baseline-budget", "0"], "--baseline-budget"),
+    (["measure", "m", "--solution", "s.json", "--runs", "-1"], "--runs"),
+    (["best-known", "{graph}", "--devices", "2", "--time-per-graph", "1", "--bound-time", "3",
+      "--out", "{tmp}/s.jsonl"], "--bound-time"),
+])
+def test_plain_mistakes_are_named(graph, tmp_path, capsys, no_work, command, needle):
+    refused([a.format(graph=graph, tmp=tmp_path) for a in command], capsys, needle)
+
+
 def test_plot_without_suffix_writes_the_path_it_names(graph, tmp_path, capsys):
     target = tmp_path / "ro"
     assert main(["optimize", graph, "--devices", "2", "--budget", "100", "--plot",

@@ -341,6 +341,11 @@ def test_cli_compare_and_exit_codes(graph_dir, tmp_path, capsys):
     assert main(["report", str(out), "--baseline-budget", str(BUDGET)]) == 0
     printed = capsys.readouterr().out
     assert "| brkga | 100 | 2 |" in printed and (out / "table.csv").exists()
+    (out / "table.csv").unlink()
+    # a records file: its tables beside it
+    assert main(["report", str(out / harness.RECORDS_FILE), "--baseline-budget",
+                 str(BUDGET)]) == 0
+    assert capsys.readouterr().out == printed and (out / "table.csv").exists()
     assert main(["report", str(tmp_path / "missing")]) == 2
 
 

@@ -30,6 +30,8 @@ SUFFIXES = (".pbtxt", ".pb", ".npz")
 
 def _suffix(path: Path) -> str:
     suffix = path.suffix.lower()
+    if suffix not in SUFFIXES and path.is_dir():
+        raise ValueError(f"{path}: a folder, not a graph file ({', '.join(SUFFIXES)})")
     if suffix not in SUFFIXES:
         raise ValueError(f"{path}: unknown graph file suffix {path.suffix or '(none)'!r}; "
                          f"supported: {', '.join(SUFFIXES)}")
