@@ -273,10 +273,13 @@ def cmd_optimize(args) -> int:
             bars.append(tqdm(total=budget, unit="eval", desc=args.method, leave=False))
         bars[0].set_postfix(best=human(best), refresh=False)
         bars[0].update(evaluations - bars[0].n)
+    interrupted = _stop_on_ctrl_c(options) if _takes(method, "should_stop") else None
     try:
         solution = optimizers.solve(args.method, problem, budget, args.seed,
                                     progress=progress, **options)
     finally:
+        if interrupted is not None:
+            interrupted.restore()
         if bars:
             bars[0].close()
     # the files first: a reader of stdout that stops early (`| head -1`) loses no solution
@@ -295,7 +298,8 @@ def cmd_optimize(args) -> int:
         written.append(args.plot)
     references = optimizers.reference_solutions(problem)
     fit = None
-    if not solution.feasible and not args.no_fit_search:
+    stopped = interrupted is not None and interrupted.asked
+    if not solution.feasible and not args.no_fit_search and not stopped:
         fit = _fit_search(problem, budget, args.seed)
     print(f"{args.graph}: {graph.num_nodes:,} op{'s' * (graph.num_nodes != 1)} on "
           f"{devices.count} device{'s' * (devices.count != 1)}")
@@ -331,7 +335,41 @@ def cmd_optimize(args) -> int:
                          objective="makespan"))
     for path in written:
         print(f"wrote {path}")
+    if stopped:
+        print("regal: interrupted: the best solution found so far is above", file=sys.stderr)
+        return 130
     return 0 if solution.feasible else EXIT_INFEASIBLE
+
+
+class _CtrlC:
+    """The first Ctrl-C asks the search to stop (its `should_stop`), so that the best found so
+    far is still written and printed; a second one interrupts at once."""
+
+    def __init__(self) -> None:
+        import signal
+        self.asked = False
+        self.previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+
+    def restore(self) -> None:
+        import signal
+        signal.signal(signal.SIGINT, self.previous)
+
+
+def _stop_on_ctrl_c(options: dict) -> _CtrlC | None:
+    """Hooks Ctrl-C to the search's `should_stop` (with any given one); None off the main
+    thread, where no signal handler can be set."""
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    hook = _CtrlC()
+    asked = options.get("should_stop")
+    options["should_stop"] = lambda: hook.asked or bool(asked is not None and asked())
+    return hook
 
 
 def cmd_compare(args) -> int:

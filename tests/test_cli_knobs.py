@@ -150,6 +150,58 @@ def test_init_under_other_constraints_is_named(tmp_path, capsys):
     assert main(base + pinned + ["--init", str(tmp_path / "pinned.json")]) == 0
 
 
+@pytest.fixture
+def ctrl_c_method():
+    """A search that presses Ctrl-C `presses` times after its first batch, then runs until
+    asked to stop: random search over batches of 10 (budget: more than it will reach)."""
+    import os
+    import signal
+
+    from regal import optimizers
+
+    state = {"presses": 1, "batches": 0}
+
+    def pressing(problem, budget, seed, *, progress=None, should_stop=None):
+        def stop() -> bool:
+            state["batches"] += 1
+            if state["batches"] == 2:
+                for _ in range(state["presses"]):
+                    os.kill(os.getpid(), signal.SIGINT)
+            return should_stop()
+        return optimizers.solve_random(problem, budget, seed, batch_size=10,
+                                       progress=progress, should_stop=stop)
+    optimizers.register("test-ctrl-c", pressing)
+    yield state
+    optimizers.METHODS.pop("test-ctrl-c", None)
+    optimizers.REVISIONS.pop("test-ctrl-c", None)
+
+
+def test_ctrl_c_keeps_the_best_found_so_far(tmp_path, capsys, ctrl_c_method):
+    """The first Ctrl-C stops the search: its best is written and printed, exit 130; a
+    second one interrupts at once (nothing written)."""
+    import signal
+    before = signal.getsignal(signal.SIGINT)
+    out = tmp_path / "s.json"
+    argv = ["optimize", GRAPH, "--devices", "2", "--budget", "10000000", "--method",
+            "test-ctrl-c", "--out", str(out)]
+    assert main(argv) == 130
+    captured = capsys.readouterr()
+    assert "interrupted: the best solution found so far" in captured.err
+    assert f"wrote {out}" in captured.out and "certified:" in captured.out
+    record = json.loads(out.read_text())
+    assert 20 <= record["result"]["evaluations"] < 10000000
+    from regal.optimizers import score
+    problem = Problem(load_graph(GRAPH), DeviceSpec(2))
+    answer = read_solution(record, problem)
+    assert score(problem, answer.placement, answer.priority,
+                 answer.transfer_priority)["value"] == record["result"]["value"]
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is put back
+    ctrl_c_method.update(presses=2, batches=0)
+    out.unlink()
+    assert main(argv) == 130 and not out.exists()
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 def test_policy_runs_regal_and_compare_records_it(tmp_path):
     policy = REPO / "data" / "policy"
     code, record = optimize(tmp_path, "regal", "--method", "regal", "--policy", str(policy))
