@@ -111,13 +111,15 @@ def cmd_import(args) -> int:
 def cmd_data_real(args) -> int:
     from pathlib import Path
 
+    check_output("--out", args.out, folder=True)  # before TensorFlow is paid for
     from regal.io.tf_models import README_TITLE, build_real_set, write_real_readme
 
     # the table's file, checked before the imports (they may take an hour): the default
     # OUT/../README.md is replaced only when this command wrote it (the project's data/)
     readme = args.readme or str(Path(args.out).parent / "README.md")
-    check_output("--readme", readme)
-    if args.readme is None and os.path.isfile(readme):
+    if args.readme is not None:  # the default's folder is made with OUT's
+        check_output("--readme", readme)
+    elif os.path.isfile(readme):
         with open(readme, encoding="utf-8", errors="replace") as f:
             first = f.readline().rstrip("\n")
         if first != README_TITLE:
@@ -130,6 +132,7 @@ def cmd_data_real(args) -> int:
 
 
 def cmd_data_large(args) -> int:
+    check_output("--out", args.out, folder=True)  # before TensorFlow is paid for
     from regal.io.tf_large import LARGE_BATCH_SIZES, build_large_set, write_large_readme
 
     records = build_large_set(args.out, models=args.models,

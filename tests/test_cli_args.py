@@ -148,6 +148,8 @@ def test_unwritable_folder_is_refused(graph, tmp_path, capsys, no_work, monkeypa
     (["best-known", "{graph}", "--devices", "2", "--time-per-graph", "1", "--out", "{tmp}"],
      "--out"),
     (["data", "synth", "--count", "1", "--out", "{tmp}/a_file"], "--out"),
+    (["data", "real", "--out", "{tmp}/a_file"], "--out"),
+    (["data", "large", "--out", "{tmp}/a_file"], "--out"),
 ])
 def test_other_outputs_are_checked_first(graph, tmp_path, capsys, no_work, command, flag):
     (tmp_path / "a_file").write_text("")

@@ -27,7 +27,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable, NamedTuple, Sequence  # noqa: E402
 
-import tensorflow as tf  # noqa: E402
+with regal.tfenv.quiet_native_logs():  # a `regal` command's errors stay one line
+    import tensorflow as tf  # noqa: E402
 
 __all__ = ["LargeShape", "LARGE_SHAPES", "LARGE_MODELS", "LARGE_BATCH_SIZES", "large_model",
            "build_large_set", "large_graph_name",

@@ -17,7 +17,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable, Sequence  # noqa: E402
 
-import tensorflow as tf  # noqa: E402
+with regal.tfenv.quiet_native_logs():  # a `regal` command's errors stay one line
+    import tensorflow as tf  # noqa: E402
 
 __all__ = ["REAL_MODELS", "BATCH_SIZES", "README_TITLE", "real_graph_name", "build_real_set",
            "write_real_readme", "transformer_encoder", "transformer_decoder"]
