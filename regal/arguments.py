@@ -405,7 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="budget of the brkga runs that are the baseline (default 5000)")
     p.add_argument("--no-chart", action="store_true", help="tables only")
     p.add_argument("--best-known", nargs="+", default=None, metavar="STORE",
-                   help="best-known stores for the gap from best (default: data/bestknown/)")
+                   help="best-known stores for the gap from best (default: the stores of "
+                        "data/bestknown/; given ones replace them)")
     p.add_argument("--no-bounds", action="store_true",
                    help="no lower bounds computed from the graph files (it reads every "
                         "one); the bounds the best-known stores keep are still used")

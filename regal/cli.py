@@ -573,6 +573,10 @@ def cmd_measure(args) -> int:
     loss_args = _loss_args(args)
     from regal.io.solution import read_solution_file
     solution = read_solution_file(args.solution)  # a bad file: one line, before TensorFlow
+    from regal.io.sources import is_model
+    if not is_model(args.model):
+        raise ValueError(f"{args.model}: a graph file; measure needs the model it was "
+                         f"imported from (it runs the ops)")
     from regal.measure import measure
 
     result = measure(args.model, solution, args.devices, batch_size=args.batch,

@@ -92,7 +92,8 @@ def _dataset_dirs(graphs) -> dict[str, Path]:
             raise ValueError(f"graphs: {folder} is not a folder of graph files")
         if name in out and out[name].resolve() != folder.resolve():
             raise ValueError(f"graphs: two folders named {name!r} ({out[name]}, {folder}); "
-                             "pass {dataset: folder} to tell them apart")
+                             "a folder's name is its dataset's, so rename one (from Python, "
+                             "{dataset: folder} names them)")
         out[name] = folder
     return out
 

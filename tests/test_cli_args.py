@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 
@@ -160,12 +161,22 @@ def test_other_outputs_are_checked_first(graph, tmp_path, capsys, no_work, comma
     (["bounds", "{tmp}", "--devices", "2"], "a folder, not a graph file"),
     (["data", "info", "{tmp}"], "a folder, not a graph file"),
     (["report", "{tmp}", "--baseline-budget", "0"], "--baseline-budget"),
+    (["measure", "{graph}", "--solution", "{solution}"], "measure needs the model"),
+    (["apply", "{graph}", "--solution", "{solution}", "--out", "{tmp}/o"],
+     "apply needs the model"),
     (["measure", "m", "--solution", "s.json", "--runs", "-1"], "--runs"),
     (["best-known", "{graph}", "--devices", "2", "--time-per-graph", "1", "--bound-time", "3",
       "--out", "{tmp}/s.jsonl"], "--bound-time"),
 ])
 def test_plain_mistakes_are_named(graph, tmp_path, capsys, no_work, command, needle):
-    refused([a.format(graph=graph, tmp=tmp_path) for a in command], capsys, needle)
+    from regal.io import load_graph
+    from regal.sim import DeviceSpec
+    problem = optimizers.Problem(load_graph(graph), DeviceSpec(2))
+    solution = tmp_path / "s.json"
+    solution.write_text(json.dumps(optimizers.solution_record(
+        problem, optimizers.single_device(problem), 1)))
+    refused([a.format(graph=graph, tmp=tmp_path, solution=solution) for a in command], capsys,
+            needle)
 
 
 def test_plot_without_suffix_writes_the_path_it_names(graph, tmp_path, capsys):
