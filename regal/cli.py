@@ -280,6 +280,10 @@ def cmd_optimize(args) -> int:
     try:
         solution = optimizers.solve(args.method, problem, budget, args.seed,
                                     progress=progress, **options)
+    except ValueError as exc:
+        if str(exc).startswith("budget"):  # a method's own minimum: name the flag
+            raise ValueError(f"--{exc}") from None
+        raise
     finally:
         if interrupted is not None:
             interrupted.restore()

@@ -239,6 +239,7 @@ def test_bad_knobs_exit_2_naming_the_flag(tmp_path, capsys):
         (["--policy", str(tmp_path), "--method", "regal"], "--policy"),
         (["--policy", str(REPO / "data" / "policy")], "--policy"),
         (["--pin", "node_3=0", "--pin", "node_3=1"], "pinned to device 0 already"),
+        (["--method", "brkga", "--budget", "50"], "--budget"),  # under its population
         # model-only flags on a graph file: that, not "add --training"
         (["--loss", "mse"], "apply only to a model"),
         (["--microbatches", "2"], "apply only to a model"),
