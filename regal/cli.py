@@ -494,9 +494,11 @@ def cmd_train(args) -> int:
             settings[field] = value
     config = TrainConfig(**settings)  # a bad setting: one line, before TensorFlow loads
     summary = train(config, resume=bool(resume))  # locks the run folder, then loads TensorFlow
+    val = summary["val_improvement"]  # a fraction of uniform BRKGA's value
+    shown = "none yet" if val is None else f"{100 * val:+.2f}% over uniform BRKGA"
     print(f"stopped ({summary['stopped']}) at step {summary['step']} after "
-          f"{summary['wall_time'] / 60:.1f} min; last validation improvement: "
-          f"{summary['val_improvement']}; policy in {summary['policy']}")
+          f"{summary['wall_time'] / 60:.1f} min; last validation: {shown}; policy in "
+          f"{summary['policy']}")
     if summary.get("signal"):  # Ctrl-C or SIGTERM, checkpoint saved: 128 + N, as `compare`
         print(f"regal: interrupted; `regal train --resume {out}` continues", file=sys.stderr)
         return 128 + summary["signal"]

@@ -180,6 +180,7 @@ def test_an_interrupted_training_run_exits_128_plus_the_signal(tmp_path, capsys,
                  "--quiet"]) == code
     captured = capsys.readouterr()
     assert "stopped (signal) at step 3" in captured.out
+    assert "last validation: none yet" in captured.out
     assert "interrupted" in captured.err and "--resume" in captured.err
 
 
