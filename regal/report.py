@@ -356,8 +356,9 @@ def _missing_references(part: list[dict], baseline, dataset: str) -> dict:
     if not any((r["method"], r["budget"], r["options"]) == tuple(baseline) + ("{}",)
                and r["graphs"] for r in part):
         missing["baseline"] = (
-            f"no {baseline[0]} run at budget {baseline[1]} on {dataset}, so no columns that "
-            f"compare with {baseline_name(baseline)}: improvement, W/L, Wilcoxon p, headroom")
+            f"no {baseline[0]} run at budget {baseline[1]} with its default options (no "
+            f"--time-limit) on {dataset}, so no columns that compare with "
+            f"{baseline_name(baseline)}: improvement, W/L, Wilcoxon p, headroom")
     if all(r["gap_bound_pct"] is None for r in part):
         missing["bound"] = "no lower-bound column: " + (
             "lower bounds are for the peak-memory objective" if objective != "peak_memory" else

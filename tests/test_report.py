@@ -117,7 +117,7 @@ def test_write_report_files(tmp_path, capsys):
 
 def test_missing_baseline_is_said(tmp_path):
     text = report.to_markdown(report.summarize([rec("C", "g", "m1", 1000, 0, 5.0)]))
-    assert "no brkga run at budget 5000 on C" in text
+    assert "no brkga run at budget 5000 with its default options (no --time-limit) on C" in text
     assert report.baseline_name(("brkga", 5000)) == "BRKGA-5K"
     assert report.baseline_name(("brkga", 300)) == "BRKGA-300"
 
@@ -290,7 +290,7 @@ def test_missing_baseline_drops_its_columns_and_says_why_once():
     for column in ("impr. over", "W/L", "Wilcoxon", "headroom", "lower bound", "seed spread"):
         assert column not in header
     assert "% gap from best" in header and "| fits |" in header
-    assert text.count("no brkga run at budget 5000 on C") == 1
+    assert text.count("no brkga run at budget 5000 with its default options (no --time-limit) on C") == 1
     assert text.count("no seed-spread column: one seed per graph") == 1
     assert text.count("no lower-bound column") == 1
     body = [line for line in text.splitlines() if line.startswith("| m")]
