@@ -45,9 +45,10 @@ def with_constraints(graph: ComputationGraph, pins: dict | None = None, colocate
 
     `pins` maps an op name or pattern (`*`/`?`/`[...]` glob, or `re:REGEX` matched against
     the whole name) to a device: the group of every matching op is pinned there. Each item
-    of `colocate` lists op names (exact) whose groups merge into one. GraphError (one line)
-    on an unknown op, a pattern matching nothing, a group pinned to two devices, or (given
-    `num_devices`) a device outside 0..num_devices-1. A pure function: `graph` is unchanged.
+    of `colocate` lists two or more op names (exact) whose groups merge into one. GraphError
+    (one line) on an unknown op, a group of fewer than two names, a pattern matching nothing,
+    a group pinned to two devices, or (given `num_devices`) a device outside
+    0..num_devices-1. A pure function: `graph` is unchanged.
     """
     n = graph.num_nodes
     index = {name: v for v, name in enumerate(graph.names.tolist())}
@@ -55,6 +56,9 @@ def with_constraints(graph: ComputationGraph, pins: dict | None = None, colocate
         graph.colocation != np.arange(n)).tolist()]
     for group in colocate or ():
         group = [group] if isinstance(group, str) else list(group)
+        if len(group) < 2:  # colocate=["a", "b"] means two groups of one: a no-op
+            raise GraphError(f"colocate: a group lists at least two op names, got {group!r} "
+                             f"(colocate=[['a', 'b']] puts a and b on one device)")
         ids = []
         for name in group:
             if name not in index:

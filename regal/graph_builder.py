@@ -57,31 +57,55 @@ class GraphBuilder:
         except KeyError:
             raise GraphError(f"no op named {name!r}") from None
 
+    def _op(self, op, what: str, added: bool = True) -> int:
+        """`op` checked to be an op id: of an op added already (`added`; a negative index
+        would name another op, as Python lists read it), else at least not negative (an
+        op added later: `build` checks it)."""
+        if isinstance(op, (bool, np.bool_)) or not isinstance(op, (int, np.integer)) \
+                or int(op) < 0 or (added and int(op) >= len(self._names)):
+            raise GraphError(f"{what}: {op!r} is not the id of an op"
+                             + (f" added so far (0..{len(self._names) - 1})" if added else "")
+                             + "; op_id(name) gives it")
+        return int(op)
+
     def add_output(self, op: int, size: float, alias_input_port: int = -1) -> int:
         """Adds the next output port of `op`; returns the port."""
-        self._outputs[op].append((size, alias_input_port))
+        op = self._op(op, "add_output")
+        if isinstance(alias_input_port, bool) or not isinstance(alias_input_port,
+                                                                (int, np.integer)):
+            raise GraphError(f"add_output: op {self._names[op]!r}: alias_input_port "
+                             f"{alias_input_port!r} is not an integer")
+        self._outputs[op].append((size, int(alias_input_port)))
         return len(self._outputs[op]) - 1
 
     def add_input(self, op: int, producer: int, port: int = 0) -> int:
         """Appends the next input port of `op`, reading `producer`'s output `port`."""
-        self._inputs[op].append((producer, port))
+        op = self._op(op, "add_input")
+        producer = self._op(producer, f"add_input: op {self._names[op]!r}: producer",
+                            added=False)
+        if isinstance(port, bool) or not isinstance(port, (int, np.integer)):
+            raise GraphError(f"add_input: op {self._names[op]!r}: port {port!r} is not an "
+                             f"integer")
+        self._inputs[op].append((producer, int(port)))
         return len(self._inputs[op]) - 1
 
     def add_control(self, src: int, dst: int) -> None:
-        self._control.append((src, dst))
+        self._control.append((self._op(src, "add_control", added=False),
+                              self._op(dst, "add_control", added=False)))
 
     def colocate(self, a: int, b: int) -> None:
         """Ops `a` and `b` (and their groups) must run on one device."""
-        self._colocated.append((a, b))
+        self._colocated.append((self._op(a, "colocate", added=False),
+                                self._op(b, "colocate", added=False)))
 
     def set_counts(self, op: int, flops: float, nbytes: float) -> None:
         """The cost model's FLOP and byte counts of `op` (regal.sim.speeds); once any op has
         them, the graph keeps them for every op (0 for the others)."""
-        self._counts[op] = (float(flops), float(nbytes))
+        self._counts[self._op(op, "set_counts")] = (float(flops), float(nbytes))
 
     def pin(self, op: int, device: int) -> None:
         """Op `op`'s whole colocation group runs on `device`."""
-        self._pins[op] = device
+        self._pins[self._op(op, "pin")] = device
 
     def build(self) -> ComputationGraph:
         n = len(self._names)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
+import re
 import time
 from typing import Callable
 
@@ -33,7 +35,7 @@ __all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "REVISIONS", "registe
            "method_revision", "LIMITS_REVISION", "METHOD_LIMITS_REVISIONS", "get_method",
            "available_methods", "solve", "score", "single_device", "round_robin",
            "roomiest_device", "one_device", "reference_solutions",
-           "solve_brkga", "solve_random", "check_budget",
+           "solve_brkga", "solve_random", "check_budget", "check_seed",
            "limit_free_first", "solution_record", "read_solution",
            "execution_order", "describe", "smallest_overflow", "check_time_limit",
            "UNLIMITED_BUDGET"]
@@ -192,9 +194,18 @@ def limit_free_first(problem: Problem, budget: int, build: Callable) -> tuple[di
 
 def check_budget(budget) -> None:
     """ValueError unless `budget` is a whole number of evaluations >= 1: every method's
-    check of its budget."""
-    if int(budget) != budget or budget < 1:
-        raise ValueError(f"budget must be a positive integer, got {budget}")
+    check of its budget (and `solve`'s, before any method)."""
+    if isinstance(budget, (bool, np.bool_)) or not isinstance(
+            budget, (int, np.integer, float, np.floating)) or not math.isfinite(budget) \
+            or int(budget) != budget or budget < 1:
+        raise ValueError(f"budget must be a positive integer, got {budget!r}")
+
+
+def check_seed(seed) -> None:
+    """ValueError unless `seed` is an integer >= 0 (numpy's generators take no other)."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
+            or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
 
 
 def solve_random(problem: Problem, budget: int, seed: int, *, batch_size: int = 100,
@@ -364,6 +375,13 @@ def solve(method_name: str, problem: Problem, budget: int | None, seed: int = 0,
     `time_limit` nothing changes: a seed and budget give the same run as before.
     """
     method = get_method(method_name)
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem: expected a regal.optimizers.Problem(graph, devices), got "
+                         f"{type(problem).__name__}")
+    check_seed(seed)
+    if budget is not None:
+        check_budget(budget)
+        budget = int(budget)
     if options.get("progress") is not None and not _accepts(method, "progress"):
         options.pop("progress")
     else:
@@ -393,7 +411,14 @@ def solve(method_name: str, problem: Problem, budget: int | None, seed: int = 0,
         raise ValueError(f"budget: expected a number of evaluations for method {method_name!r} "
                          "(None needs a time_limit)")
     start = time.perf_counter()
-    found = method(problem, budget, seed, **options)
+    try:
+        found = method(problem, budget, seed, **options)
+    except TypeError as exc:  # an option the method does not take: say so, by its name
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        if unknown is None or unknown.group(1) not in options:
+            raise
+        raise ValueError(f"method {method_name!r} takes no option {unknown.group(1)!r}") \
+            from None
     wall_time = time.perf_counter() - start
     placement = found.placement
     extra = dict(found.extra)

@@ -27,6 +27,9 @@ class Problem:
     objective: str = "peak_memory"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.graph, ComputationGraph):
+            raise ValueError(f"graph: expected a ComputationGraph (regal.io.load_graph reads "
+                             f"one from a file), got {type(self.graph).__name__}")
         if isinstance(self.devices, (int, np.integer)) and not isinstance(self.devices, bool):
             object.__setattr__(self, "devices", DeviceSpec(int(self.devices)))
         if not isinstance(self.devices, DeviceSpec):
@@ -84,10 +87,16 @@ class Solution:
         for name in ("priority", "transfer_priority"):
             data[name] = np.asarray(data[name], dtype=np.float64)
         data["peak"] = np.asarray(data["peak"], dtype=np.int64)
+        for name in ("value", "makespan"):  # "Infinity" as `to_json` spells it
+            if isinstance(data.get(name), str):
+                data[name] = float(data[name])
         return cls(**data)
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict())
+        """Standard JSON: an infinite value (a makespan over the limits) is the string
+        "Infinity" (regal.files.json_text), which `from_json` reads back."""
+        from regal.files import json_text
+        return json_text(self.to_dict())
 
     @classmethod
     def from_json(cls, text: str) -> "Solution":

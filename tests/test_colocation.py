@@ -290,6 +290,8 @@ def test_with_constraints_merges_groups_and_pins_the_whole_group():
     (dict(pins={"a1": 2}, num_devices=2), "pin 'a1': device 2 is outside 0..1"),
     (dict(pins={"a1": -1}), "pin 'a1': device -1: expected an integer >= 0"),
     (dict(colocate=[["a1", "zz"]]), "colocate: no op named 'zz'"),
+    # a flat list is groups of one op each: a mistake, not a no-op
+    (dict(colocate=["a1", "a2"]), "colocate: a group lists at least two op names"),
     (dict(colocate=[["a1", "a2"]], pins={"a1": 0, "a2": 1}),
      "op 'a2': pinned to device 1, but op 'a1' of the same colocation group"),
     (dict(pins={"a*": 0, "a1": 1}), "op 'a1': pinned to devices 0 and 1 by two patterns"),

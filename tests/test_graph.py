@@ -353,3 +353,23 @@ def test_total_compute_cost_is_bounded():
     b.add_op("n2", 1e308)  # each finite, the sum infinite
     with pytest.raises(GraphError, match=r"op 'n1': the graph's total compute_cost passes"):
         b.build()
+
+
+def test_builder_refuses_an_id_that_names_no_op_at_once():
+    """A negative id would name another op (Python lists read -1 as the last one), and a
+    name or a float is no id: refused when given, naming the call."""
+    for call in (lambda b: b.add_output(-1, 10), lambda b: b.add_output(1, 10),
+                 lambda b: b.add_input(-1, 0), lambda b: b.add_input(0, -1),
+                 lambda b: b.add_input(0, "op_a"), lambda b: b.add_input(0, 0, port=0.0),
+                 lambda b: b.set_counts(-1, 5, 5), lambda b: b.pin(-1, 1),
+                 lambda b: b.pin("op_a", 0), lambda b: b.colocate("op_a", 0),
+                 lambda b: b.add_control(0, -2), lambda b: b.add_output(0, 8, 0.0)):
+        with pytest.raises(GraphError, match="add_output|add_input|set_counts|pin|colocate|"
+                                             "add_control"):
+            call(_one_op())
+    b = _one_op()
+    b.add_op("op_b")
+    b.add_input(1, 0)     # a producer added before: fine; one added later is checked by build
+    b.add_input(0, 5)
+    with pytest.raises(GraphError, match="missing output 0 of op 5"):
+        b.build()

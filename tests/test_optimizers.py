@@ -133,8 +133,30 @@ def test_registry_lazy_import_and_unknown_names():
         opt.solve("nope", small_problem(), 10, 0)
 
 
+@pytest.mark.parametrize("method", ["random", "brkga", "local-search", "regal", "m-topo"])
+def test_solve_checks_budget_seed_and_options_for_every_method(method):
+    """One check in `solve`, whatever the method: a budget that is no whole number >= 1, a
+    seed that is no integer >= 0, or an option the method does not take is a ValueError
+    that names it (not a numpy TypeError, nor a truncated budget)."""
+    problem = small_problem()
+    for budget in ("100", 1.5, float("nan"), float("inf"), True, 0, -3):
+        with pytest.raises(ValueError, match="budget must be a positive integer"):
+            opt.solve(method, problem, budget, 0)
+    for seed in (-1, None, 1.5, "0"):
+        with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+            opt.solve(method, problem, 200, seed)
+    with pytest.raises(ValueError, match=f"method '{method}' takes no option 'timelimit'"):
+        opt.solve(method, problem, 200, 0, timelimit=1)
+    assert opt.solve(method, problem, 200.0, np.int64(0)).value == \
+        opt.solve(method, problem, 200, 0).value
+
+
 def test_problem_validation():
     g = generate("random", 10, 0)
+    with pytest.raises(ValueError, match="graph: expected a ComputationGraph"):
+        opt.Problem("g.npz", 2)    # a path where the graph goes
+    with pytest.raises(ValueError, match="problem: expected a regal.optimizers.Problem"):
+        opt.solve("brkga", g, 200, 0)
     with pytest.raises(ValueError, match="objective"):
         opt.Problem(g, DeviceSpec(2), "latency")
     assert opt.Problem(g, 3).devices == DeviceSpec(3)
@@ -161,6 +183,14 @@ def test_solution_json_round_trip_and_keys():
     placement, priority, transfer = decode(sol.keys(), problem.graph, problem.devices)
     np.testing.assert_array_equal(placement, sol.placement)
     np.testing.assert_array_equal(priority, sol.priority)
+    # a run over limits of 0 has an infinite value: standard JSON ("Infinity"), read back
+    over = opt.Problem(problem.graph, DeviceSpec(2, memory_limit=0), "makespan")
+    misfit = opt.solve("random", over, 30, seed=2)
+    text = misfit.to_json()
+    assert not misfit.feasible and "Infinity" in text
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name} in JSON"))
+    back = opt.Solution.from_json(text)
+    assert back.value == misfit.value and back.makespan == misfit.makespan
 
 
 def test_solution_record_orders_match_the_trace():

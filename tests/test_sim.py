@@ -417,6 +417,19 @@ def test_device_spec_normalises_limits():
     assert DeviceSpec(2, memory_limit=[1, 2]).limits.tolist() == [1, 2]
     assert DeviceSpec(2).limits is None
     assert DeviceSpec(2) == DeviceSpec(2) and hash(DeviceSpec(2, memory_limit=[1, 2]))
+    assert DeviceSpec(1, memory_limit=2**62).memory_limit == (2**62,)
+    for bad in (2**62 + 1, 2**70, -1, 1.5):   # beyond int64's exact sums, or no byte count
+        with pytest.raises(ValueError, match="memory_limit: device 0"):
+            DeviceSpec(1, memory_limit=bad)
+
+
+def test_makespan_objective_ranks_misfits_under_huge_limits():
+    """Limits whose sum overflows int64 still rank a misfit by its overflow (not inf)."""
+    g = _tiny()
+    dv = DeviceSpec(3, memory_limit=[2**62, 2**62, 1])
+    result = simulate(g, dv, [2] * g.num_nodes, [0] * g.num_nodes, [0] * g.num_nodes)
+    assert not result.feasible
+    assert np.isfinite(result.objective("makespan"))
 
 
 @pytest.mark.parametrize("args, name", [

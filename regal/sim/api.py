@@ -103,7 +103,7 @@ def objective_values(name: str, peaks: np.ndarray, makespans: np.ndarray,
     if limits is None:
         return makespans.copy()
     overflow = np.maximum(peaks - limits, 0).sum(axis=1)
-    total = int(limits.sum())
+    total = float(limits.sum(dtype=np.float64))  # int64 could wrap over many devices
     if total > 0:
         penalised = makespans * (1.0 + overflow / total) + offset
     else:   # every limit 0: any overflow is infinitely far over (inf, not 0 * inf = NaN)
