@@ -14,7 +14,9 @@ __all__ = ["GraphBuilder"]
 class GraphBuilder:
     """Incremental construction by op name, for readers, generators and tests.
 
-    Tensors may be added in any order; `build()` renumbers them by (producer, port).
+    Tensors may be added in any order; `build()` renumbers them by (producer, port). Sizes
+    and memories are whole bytes (a float is truncated: give bytes, not MB); op ids are the
+    numbers `add_op` returns.
     """
 
     def __init__(self) -> None:
