@@ -5,7 +5,8 @@ reading, the writer), flushed and fsynced one by one,
 so a killed experiment loses at most the runs in flight; a rerun skips every key that is
 already stored with status ok (a torn last line is cut off first), so it resumes and never
 duplicates a finished run; a failed run (a crash, a worker that died) is tried again, and
-readers keep the ok record of a key over its failed ones. Runs fan out over a local spawn-based process pool, or over Ray when asked.
+readers keep the ok record of a key over its failed ones. Runs fan out over a local
+spawn-based process pool, or over Ray when asked.
 Every value is the simulator's re-score (`regal.optimizers.solve`), never the method's word.
 """
 
