@@ -180,6 +180,7 @@ def check_grid(methods, *, seeds=3, budgets=5000, devices=2, objectives="peak_me
             raise ValueError(f"method_options: {name!r} is not one of the methods run")
         if not isinstance(options, Mapping):
             raise ValueError(f"method_options: {name!r}: expected a dict of keyword options")
+        optimizers.check_options(name, options)  # before any run, not one failure per run
     return dict(methods=methods, seeds=seeds, budgets=budgets, devices=devices,
                 objectives=objectives, memory_limits=limits, method_options=method_options)
 

@@ -35,7 +35,7 @@ __all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "REVISIONS", "registe
            "method_revision", "LIMITS_REVISION", "METHOD_LIMITS_REVISIONS", "get_method",
            "available_methods", "solve", "score", "single_device", "round_robin",
            "roomiest_device", "one_device", "reference_solutions",
-           "solve_brkga", "solve_random", "check_budget", "check_seed",
+           "solve_brkga", "solve_random", "check_budget", "check_seed", "check_options",
            "limit_free_first", "solution_record", "read_solution",
            "execution_order", "describe", "smallest_overflow", "check_time_limit",
            "UNLIMITED_BUDGET"]
@@ -350,6 +350,20 @@ def check_time_limit(value) -> float:
     return float(value)
 
 
+def check_options(method_name: str, options) -> None:
+    """ValueError naming an option `method_name` does not take, where its signature says so
+    (a method with a **options catch-all, such as regal's, is left to `solve`)."""
+    params = inspect.signature(get_method(method_name)).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    known = [name for name, p in params.items()
+             if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)][3:]
+    for name in options:  # `solve` takes time_limit and progress for every method
+        if name not in params and name not in ("time_limit", "progress"):
+            raise ValueError(f"method {method_name!r} takes no option {name!r} (it takes: "
+                             f"{', '.join(known) or 'none'})")
+
+
 def _names(function: Callable, name: str) -> bool:
     """Whether `function` names keyword `name` itself (a **options catch-all does not count)."""
     return name in inspect.signature(function).parameters
@@ -382,6 +396,7 @@ def solve(method_name: str, problem: Problem, budget: int | None, seed: int = 0,
     if budget is not None:
         check_budget(budget)
         budget = int(budget)
+    check_options(method_name, options)
     if options.get("progress") is not None and not _accepts(method, "progress"):
         options.pop("progress")
     else:

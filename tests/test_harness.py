@@ -154,6 +154,14 @@ def test_failing_method_is_recorded_and_the_run_goes_on(graph_dir, tmp_path, reg
         assert len(_lines(out / harness.RECORDS_FILE)) == len(records) + len(failed)
 
 
+def test_an_option_a_method_does_not_take_fails_before_any_run(graph_dir, tmp_path):
+    out = tmp_path / "res"
+    with pytest.raises(ValueError, match="method 'brkga' takes no option 'foo'"):
+        harness.run_experiment(["brkga"], graph_dir, out, seeds=1, budgets=BUDGET,
+                               method_options={"brkga": {"foo": 1}}, progress=False)
+    assert not out.exists()
+
+
 def test_compare_exits_1_when_runs_failed(graph_dir, tmp_path, registered, capsys):
     """`regal compare` says how many runs failed and exits 1; the others are recorded."""
     from regal.cli import main
