@@ -100,7 +100,12 @@ def cmd_import(args) -> int:
     graph = load_graph_or_model(args.model, batch_size=args.batch, training=args.training,
                                 run=args.run, trust_code=args.trust_code,
                                 **_loss_args(args, args.model))
-    save_graph(graph, args.out)
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:  # what the format cannot keep
+        warnings.simplefilter("always")
+        save_graph(graph, args.out)
+    for warning in caught:
+        print(f"regal: warning: {warning.message}", file=sys.stderr)
     s = summarize(graph)
     print(f"wrote {args.out}: {s['ops']:,} ops, {s['tensors']:,} tensors, "
           f"{format_bytes(s['total bytes'])} of tensors, "

@@ -127,6 +127,27 @@ def test_npz_round_trip_keeps_constraints(tmp_path):
     assert back.equals(g) and back.fingerprint() == g.fingerprint()
 
 
+def test_a_costgraphdef_save_warns_of_what_it_drops(tmp_path, capsys):
+    """A CostGraphDef keeps no groups nor pins: saving a graph that has them says so (and
+    `regal import` prints it as one warning line); a graph without them saves quietly."""
+    import warnings
+
+    from regal.cli import main
+    from regal.io import load_graph, save_graph
+    g = _chain(colocate=[(0, 5)], pins={3: 1})
+    with pytest.warns(UserWarning, match="keeps no colocation groups or pins"):
+        save_graph(g, tmp_path / "g.pbtxt")
+    back = load_graph(tmp_path / "g.pbtxt")
+    assert not back.has_groups and not back.has_pins
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        save_graph(_chain(), tmp_path / "plain.pbtxt")
+    write_native(g, tmp_path / "g.npz")
+    assert main(["import", str(tmp_path / "g.npz"), "--out", str(tmp_path / "h.pb")]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("regal: warning:") and err.count("\n") == 1 and "pins" in err
+
+
 def test_npz_version_1_reads_without_constraints(tmp_path):
     g = _chain()
     arrays = graph_to_arrays(g)

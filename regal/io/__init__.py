@@ -78,13 +78,23 @@ def check_regular_file(path: str | os.PathLike, what: str = "file") -> None:
 
 
 def save_graph(graph: ComputationGraph, path: str | os.PathLike) -> None:
-    """Writes `graph` atomically in the format named by the suffix (`.npz` is compressed)."""
+    """Writes `graph` atomically in the format named by the suffix (`.npz` is compressed,
+    and keeps everything; a CostGraphDef keeps no colocation groups, pins nor FLOP counts,
+    so saving a graph that has them there warns, naming what is dropped)."""
     path = Path(path)
     suffix = _suffix(path)
     if suffix == ".npz":
         from regal.io.native import write_native
         write_native(graph, path)
         return
+    dropped = [what for what, has in (("colocation groups", graph.has_groups),
+                                      ("pins", graph.has_pins),
+                                      ("FLOP and byte counts", graph.op_flops is not None))
+               if has]
+    if dropped:
+        import warnings
+        warnings.warn(f"{path}: a CostGraphDef keeps no {' or '.join(dropped)}; they are "
+                      f"dropped (.npz keeps them)", stacklevel=2)
     from regal.io import costgraph
     if suffix == ".pbtxt":
         costgraph.write_costgraph_text(graph, path)
