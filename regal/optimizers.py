@@ -135,6 +135,12 @@ def _warm_start(problem: Problem, initial) -> np.ndarray | None:
     if isinstance(initial, Solution):
         initial = [initial]
     if isinstance(initial, (list, tuple)) and initial and isinstance(initial[0], Solution):
+        n, d = problem.graph.num_nodes, problem.devices.count
+        for i, s in enumerate(initial):
+            if len(s.placement) != n or (len(s.placement) and int(np.max(s.placement)) >= d):
+                raise ValueError(f"initial: solution {i} places {len(s.placement)} ops on up "
+                                 f"to {int(np.max(s.placement, initial=0)) + 1} devices; "
+                                 f"this problem has {n} ops and {d} devices")
         return np.stack([s.keys() for s in initial])
     return np.atleast_2d(np.asarray(initial, dtype=np.float64))
 

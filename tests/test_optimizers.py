@@ -99,6 +99,10 @@ def test_warm_start_never_loses_the_seed():
     rr = opt.round_robin(problem)
     sol = opt.solve("brkga", problem, 40, seed=0, population_size=20, initial=rr)
     assert sol.value <= rr.value
+    other = opt.Problem(generate("random", problem.graph.num_nodes + 3, 1), DeviceSpec(3))
+    with pytest.raises(ValueError, match="initial: solution 0 places"):
+        opt.solve("brkga", problem, 40, seed=0, population_size=20,
+                  initial=opt.round_robin(other))
 
 
 def test_solve_rescores_a_method_that_lies():
