@@ -253,8 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "is as low as possible, or the step time under per-device memory limits.",
         epilog="Start with `regal optimize GRAPH --devices 4`; `regal COMMAND --help` for "
                "each command. Exit codes: 0 ok, 2 bad input or an output that cannot be "
-               "written (one line says what), 3 no solution within the memory limits, 130 "
-               "interrupted (train: 128 + the signal, after its checkpoint).")
+               "written (one line says what), 3 no solution within the memory limits, 1 some "
+               "compare runs failed, 130 interrupted (train: 128 + the signal, after its "
+               "checkpoint).")
     parser.add_argument("--version", action="version", version=f"regal {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -335,9 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--device-flops/--device-bandwidth override them; README)")
     p.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory")
     p.add_argument("--method", default=DEFAULT_METHOD,
-                   help=f"optimizer (default: {DEFAULT_METHOD}, the best of the project at "
-                        "5,000 evaluations on data/real and the synthetic test split; see the "
-                        "README)")
+                   help=f"optimizer (default: {DEFAULT_METHOD}: it needs no policy nor "
+                        "reference heuristics; regal is ahead of it on data/real and the "
+                        "synthetic test split at 5,000 evaluations; see the README)")
     p.add_argument("--init", default=None, metavar="SOLUTION.json",
                    help="warm start from an earlier solution of this graph (brkga, "
                         "local-search, cpsat, cpsat-lns)")
@@ -501,8 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes (default: all cores)")
     p.add_argument("--ray", action="store_true", help="fan out on a local Ray cluster")
     p.add_argument("--bounds-only", action="store_true",
-                   help="no portfolio: add a valid lower bound (peak memory) to the store's "
-                        "entries of these graphs that have none, at these device counts")
+                   help="no portfolio: add a valid lower bound (of the peak memory, or of "
+                        "the step time for makespan entries) to the store's entries of these "
+                        "graphs that have none, at these device counts")
     p.add_argument("--bound-time", type=positive_float, default=None, metavar="SECONDS",
                    help="with --bounds-only: seconds for the bound of each graph and device "
                         "count (default 5)")
