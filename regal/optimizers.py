@@ -35,7 +35,7 @@ __all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "REVISIONS", "registe
            "method_revision", "LIMITS_REVISION", "METHOD_LIMITS_REVISIONS", "get_method",
            "available_methods", "solve", "score", "single_device", "round_robin",
            "roomiest_device", "one_device", "reference_solutions",
-           "solve_brkga", "solve_random", "check_budget", "check_seed", "check_options",
+           "solve_brkga", "solve_random", "check_budget", "check_seed", "check_options", "check_initial",
            "limit_free_first", "solution_record", "read_solution",
            "execution_order", "describe", "smallest_overflow", "check_time_limit",
            "UNLIMITED_BUDGET"]
@@ -135,12 +135,7 @@ def _warm_start(problem: Problem, initial) -> np.ndarray | None:
     if isinstance(initial, Solution):
         initial = [initial]
     if isinstance(initial, (list, tuple)) and initial and isinstance(initial[0], Solution):
-        n, d = problem.graph.num_nodes, problem.devices.count
-        for i, s in enumerate(initial):
-            if len(s.placement) != n or (len(s.placement) and int(np.max(s.placement)) >= d):
-                raise ValueError(f"initial: solution {i} places {len(s.placement)} ops on up "
-                                 f"to {int(np.max(s.placement, initial=0)) + 1} devices; "
-                                 f"this problem has {n} ops and {d} devices")
+        check_initial(problem, initial)
         return np.stack([s.keys() for s in initial])
     return np.atleast_2d(np.asarray(initial, dtype=np.float64))
 
@@ -205,6 +200,22 @@ def check_budget(budget) -> None:
             budget, (int, np.integer, float, np.floating)) or not math.isfinite(budget) \
             or int(budget) != budget or budget < 1:
         raise ValueError(f"budget must be a positive integer, got {budget!r}")
+
+
+def check_initial(problem: Problem, initial) -> None:
+    """ValueError naming `initial` when a given Solution places another number of ops, or
+    uses a device this problem does not have (a solution of another graph or device count);
+    chromosomes and other forms are left to the method."""
+    solutions = [initial] if isinstance(initial, Solution) else \
+        [x for x in initial if isinstance(x, Solution)] \
+        if isinstance(initial, (list, tuple)) else []
+    n, d = problem.graph.num_nodes, problem.devices.count
+    for i, s in enumerate(solutions):
+        placement = np.asarray(s.placement)
+        if len(placement) != n or (n and int(placement.max()) >= d):
+            raise ValueError(f"initial: solution {i} places {len(placement)} ops on up to "
+                             f"{int(placement.max(initial=0)) + 1} devices; this problem has "
+                             f"{n} ops and {d} devices")
 
 
 def check_seed(seed) -> None:
@@ -403,6 +414,8 @@ def solve(method_name: str, problem: Problem, budget: int | None, seed: int = 0,
         check_budget(budget)
         budget = int(budget)
     check_options(method_name, options)
+    if options.get("initial") is not None:
+        check_initial(problem, options["initial"])
     if options.get("progress") is not None and not _accepts(method, "progress"):
         options.pop("progress")
     else:

@@ -100,9 +100,10 @@ def test_warm_start_never_loses_the_seed():
     sol = opt.solve("brkga", problem, 40, seed=0, population_size=20, initial=rr)
     assert sol.value <= rr.value
     other = opt.Problem(generate("random", problem.graph.num_nodes + 3, 1), DeviceSpec(3))
-    with pytest.raises(ValueError, match="initial: solution 0 places"):
-        opt.solve("brkga", problem, 40, seed=0, population_size=20,
-                  initial=opt.round_robin(other))
+    for method, options in (("brkga", {"population_size": 20}), ("local-search", {}),
+                            ("cpsat-lns", {"time_limit": 1})):
+        with pytest.raises(ValueError, match="initial: solution 0 places"):
+            opt.solve(method, problem, 40, seed=0, initial=opt.round_robin(other), **options)
 
 
 def test_solve_rescores_a_method_that_lies():
