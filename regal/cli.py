@@ -8,11 +8,14 @@ User errors print one line and exit with code 2 (set REGAL_DEBUG=1 for a traceba
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 
 from regal.arguments import (DEFAULT_BUDGET, build_parser, check_device_counts, check_output,
                              checked_policy_dir, parse_pins)
+from regal.stop_flag import StopFlag
 
 EXIT_USAGE = 2
 EXIT_INFEASIBLE = 3  # `regal optimize`: no solution found within the memory limits
@@ -281,17 +284,20 @@ def cmd_optimize(args) -> int:
             bars.append(tqdm(total=budget, unit="eval", desc=args.method, leave=False))
         bars[0].set_postfix(best=human(best), refresh=False)
         bars[0].update(evaluations - bars[0].n)
-    interrupted = _stop_on_ctrl_c(options) if _takes(method, "should_stop") else None
+    # the first Ctrl-C stops the search, which still returns (and we write) its best so far
+    # (a method that cannot be asked to stop is interrupted as before)
+    stop, searches = StopFlag((signal.SIGINT,)), _takes(method, "should_stop")
+    if searches:
+        options["should_stop"] = lambda: stop.raised
     try:
-        solution = optimizers.solve(args.method, problem, budget, args.seed,
-                                    progress=progress, **options)
+        with stop if searches else contextlib.nullcontext():
+            solution = optimizers.solve(args.method, problem, budget, args.seed,
+                                        progress=progress, **options)
     except ValueError as exc:
         if str(exc).startswith("budget"):  # a method's own minimum: name the flag
             raise ValueError(f"--{exc}") from None
         raise
     finally:
-        if interrupted is not None:
-            interrupted.restore()
         if bars:
             bars[0].close()
     # the files first: a reader of stdout that stops early (`| head -1`) loses no solution
@@ -310,7 +316,7 @@ def cmd_optimize(args) -> int:
         written.append(args.plot)
     references = optimizers.reference_solutions(problem)
     fit = None
-    stopped = interrupted is not None and interrupted.asked
+    stopped = stop.raised
     if not solution.feasible and not args.no_fit_search and not stopped:
         fit = _fit_search(problem, budget, args.seed)
     print(f"{args.graph}: {graph.num_nodes:,} op{'s' * (graph.num_nodes != 1)} on "
@@ -351,37 +357,6 @@ def cmd_optimize(args) -> int:
         print("regal: interrupted: the best solution found so far is above", file=sys.stderr)
         return 130
     return 0 if solution.feasible else EXIT_INFEASIBLE
-
-
-class _CtrlC:
-    """The first Ctrl-C asks the search to stop (its `should_stop`), so that the best found so
-    far is still written and printed; a second one interrupts at once."""
-
-    def __init__(self) -> None:
-        import signal
-        self.asked = False
-        self.previous = signal.signal(signal.SIGINT, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        if self.asked:
-            raise KeyboardInterrupt
-        self.asked = True
-
-    def restore(self) -> None:
-        import signal
-        signal.signal(signal.SIGINT, self.previous)
-
-
-def _stop_on_ctrl_c(options: dict) -> _CtrlC | None:
-    """Hooks Ctrl-C to the search's `should_stop` (with any given one); None off the main
-    thread, where no signal handler can be set."""
-    import threading
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    hook = _CtrlC()
-    asked = options.get("should_stop")
-    options["should_stop"] = lambda: hook.asked or bool(asked is not None and asked())
-    return hook
 
 
 def cmd_compare(args) -> int:

@@ -4,7 +4,6 @@ TensorBoard scalars and checkpoints; stops on `steps`, `max_minutes` or SIGTERM/
 from __future__ import annotations
 
 import json
-import signal
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import regal.tfenv
 from regal.files import JsonLinesWriter
 from regal.regal_method import UNIFORM_MUTANT_FRACTION
+from regal.stop_flag import StopFlag
 from regal.train.actors import BaselineCache, make_actors, rollout_rewards
 from regal.train.checkpoints import (_in_use, _prepare_run, _read_checkpoint, _trim_history,
                                      save_checkpoint)
@@ -67,31 +67,6 @@ def _scalar(tag: str, value: float) -> None:
     metadata = summary_pb2.SummaryMetadata()
     metadata.plugin_data.plugin_name = "scalars"
     tf.summary.write(tag, tf.constant(float(value), tf.float32), metadata=metadata)
-
-
-class _StopFlag:
-    """Turns SIGTERM/SIGINT into a flag the loop checks after each step (second one raises)."""
-
-    def __init__(self) -> None:
-        self.raised = False
-        self.signum = None  # the first signal's number (the command exits 128 + it)
-        self.previous = {}
-
-    def __enter__(self):
-        import threading
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self.previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.raised:
-            raise KeyboardInterrupt
-        self.raised, self.signum = True, signum
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
 
 
 def _reinforce_step(policy, learner: Learner, train_set: GraphSource, config: TrainConfig,
@@ -191,7 +166,7 @@ def _train_in(run: Path, config: TrainConfig, resume: bool, actors) -> dict:
     bar = tqdm(total=config.steps, initial=min(step, config.steps), unit="step", desc="train",
                disable=not config.progress)
     try:
-        with _StopFlag() as stop, JsonLinesWriter(run / HISTORY_FILE, _in_use(run)) as history:
+        with StopFlag() as stop, JsonLinesWriter(run / HISTORY_FILE, _in_use(run)) as history:
             while step < config.steps:
                 elapsed = wall_before + time.perf_counter() - start
                 if stop.raised:
