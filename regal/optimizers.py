@@ -35,7 +35,8 @@ __all__ = ["OBJECTIVES", "Problem", "Solution", "METHODS", "REVISIONS", "registe
            "method_revision", "LIMITS_REVISION", "METHOD_LIMITS_REVISIONS", "get_method",
            "available_methods", "solve", "score", "single_device", "round_robin",
            "roomiest_device", "one_device", "reference_solutions",
-           "solve_brkga", "solve_random", "check_budget", "check_seed", "check_options", "check_initial",
+           "solve_brkga", "solve_random", "check_budget", "check_seed", "check_options",
+           "check_initial",
            "limit_free_first", "solution_record", "read_solution",
            "execution_order", "describe", "smallest_overflow", "check_time_limit",
            "UNLIMITED_BUDGET"]
@@ -135,7 +136,6 @@ def _warm_start(problem: Problem, initial) -> np.ndarray | None:
     if isinstance(initial, Solution):
         initial = [initial]
     if isinstance(initial, (list, tuple)) and initial and isinstance(initial[0], Solution):
-        check_initial(problem, initial)
         return np.stack([s.keys() for s in initial])
     return np.atleast_2d(np.asarray(initial, dtype=np.float64))
 

@@ -566,7 +566,7 @@ def write_report(results, out=None, baseline: tuple[str, int] = BASELINE,
                      bounds=lower_bounds(records) if bounds else None, pool_limits=pool_limits,
                      known_bounds=best_known_bounds(entries=entries))
     if out is None:
-        out = Path(results) if not Path(results).is_file() else Path(results).parent
+        out = Path(results).parent if Path(results).is_file() else Path(results)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: {out} is a file, expected a folder")

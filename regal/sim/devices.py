@@ -26,6 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
+from regal.graph import MAX_BYTES
+
 __all__ = ["DeviceSpec", "DEFAULT_BANDWIDTH", "DEFAULT_LATENCY"]
 
 DEFAULT_BANDWIDTH = 100_000.0  # bytes per µs (100 GB/s)
@@ -92,7 +94,7 @@ class DeviceSpec:
                 whole = not isinstance(value, bool) and float(value).is_integer() and value >= 0
             except (TypeError, ValueError):
                 whole = False
-            if not whole or value > 2**62:  # the simulator's int64 sums stay exact below
+            if not whole or value > MAX_BYTES:  # the simulator's int64 sums stay exact
                 raise ValueError(f"memory_limit: device {k}: expected a whole number of bytes "
                                  f"in 0..2**62, got {value!r}")
             checked.append(int(value))
