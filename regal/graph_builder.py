@@ -59,25 +59,29 @@ class GraphBuilder:
         except KeyError:
             raise GraphError(f"no op named {name!r}") from None
 
+    @staticmethod
+    def _integer(value, what: str) -> int:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise GraphError(f"{what}: {value!r} is not an integer")
+        return int(value)
+
     def _op(self, op, what: str, added: bool = True) -> int:
         """`op` checked to be an op id: of an op added already (`added`; a negative index
         would name another op, as Python lists read it), else at least not negative (an
         op added later: `build` checks it)."""
-        if isinstance(op, (bool, np.bool_)) or not isinstance(op, (int, np.integer)) \
-                or int(op) < 0 or (added and int(op) >= len(self._names)):
-            raise GraphError(f"{what}: {op!r} is not the id of an op"
+        op = self._integer(op, f"{what}: op id")
+        if op < 0 or (added and op >= len(self._names)):
+            raise GraphError(f"{what}: {op} is not the id of an op"
                              + (f" added so far (0..{len(self._names) - 1})" if added else "")
                              + "; op_id(name) gives it")
-        return int(op)
+        return op
 
     def add_output(self, op: int, size: float, alias_input_port: int = -1) -> int:
         """Adds the next output port of `op`; returns the port."""
         op = self._op(op, "add_output")
-        if isinstance(alias_input_port, bool) or not isinstance(alias_input_port,
-                                                                (int, np.integer)):
-            raise GraphError(f"add_output: op {self._names[op]!r}: alias_input_port "
-                             f"{alias_input_port!r} is not an integer")
-        self._outputs[op].append((size, int(alias_input_port)))
+        alias_input_port = self._integer(
+            alias_input_port, f"add_output: op {self._names[op]!r}: alias_input_port")
+        self._outputs[op].append((size, alias_input_port))
         return len(self._outputs[op]) - 1
 
     def add_input(self, op: int, producer: int, port: int = 0) -> int:
@@ -85,10 +89,8 @@ class GraphBuilder:
         op = self._op(op, "add_input")
         producer = self._op(producer, f"add_input: op {self._names[op]!r}: producer",
                             added=False)
-        if isinstance(port, bool) or not isinstance(port, (int, np.integer)):
-            raise GraphError(f"add_input: op {self._names[op]!r}: port {port!r} is not an "
-                             f"integer")
-        self._inputs[op].append((producer, int(port)))
+        port = self._integer(port, f"add_input: op {self._names[op]!r}: port")
+        self._inputs[op].append((producer, port))
         return len(self._inputs[op]) - 1
 
     def add_control(self, src: int, dst: int) -> None:
