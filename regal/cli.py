@@ -488,32 +488,25 @@ def cmd_train(args) -> int:
 def _loss_args(args, source=None) -> dict:
     """--loss and --custom-objects as the importer takes them; plain mistakes fail here,
     before TensorFlow is paid for (an unknown loss name fails in the importer, one line).
-    `source`: what is read; a graph file gets no advice to add --training (the loader then
-    says that these flags are for models)."""
-    if source is not None:
-        from regal.io.sources import is_model
-        if not is_model(source):
-            return {k: v for k, v in (("loss", args.loss),
-                                      ("custom_objects", args.custom_objects),
-                                      ("microbatches", getattr(args, "microbatches", None)))
-                    if v is not None}
-    if args.loss is not None and not args.training:
+    `source`: what is read; a graph file is not checked here (the loader then says that
+    these flags are for models, where this would advise adding --training)."""
+    from regal.io.sources import is_model
+
+    check = source is None or is_model(source)
+    microbatches = getattr(args, "microbatches", None)   # import and optimize
+    if check and args.loss is not None and not args.training:
         raise ValueError("--loss: only a training step has a loss (add --training)")
-    if args.custom_objects is not None:
+    if check and args.custom_objects is not None:
         from pathlib import Path
         if not Path(args.custom_objects).is_file():
             raise ValueError(f"--custom-objects {args.custom_objects}: no such file")
-    options = {}
-    if args.loss is not None:
-        options["loss"] = args.loss
-    if args.custom_objects is not None:
-        options["custom_objects"] = args.custom_objects
-    if getattr(args, "microbatches", None) is not None:   # import and optimize
-        if not args.training:
-            raise ValueError("--microbatches: only a training step has micro-batches "
-                             "(add --training)")
-        options["microbatches"] = args.microbatches
-    return options
+    if check and microbatches is not None and not args.training:
+        raise ValueError("--microbatches: only a training step has micro-batches "
+                         "(add --training)")
+    return {name: value for name, value in (("loss", args.loss),
+                                            ("custom_objects", args.custom_objects),
+                                            ("microbatches", microbatches))
+            if value is not None}
 
 
 def cmd_apply(args) -> int:
