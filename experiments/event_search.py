@@ -75,9 +75,8 @@ class EventSearch:
     def __init__(self, graph, devices) -> None:
         from regal.sim.speeds import op_durations
 
-        self.g, self.d = graph, devices.count
         n, d = graph.num_nodes, devices.count
-        self.n = n
+        self.n, self.d = n, d
         durations = op_durations(graph, devices)  # [d, n] float64, SIM_RULES 3
         if durations is None:
             durations = np.tile(np.asarray(graph.compute_cost, np.float64), (d, 1))
