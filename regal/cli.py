@@ -16,14 +16,10 @@ import sys
 from regal.arguments import (DEFAULT_BUDGET, build_parser, check_device_counts, check_output,
                              checked_policy_dir, parse_pins)
 from regal.stop_flag import StopFlag
+from regal.user_errors import EXIT_INTERRUPTED, report_user_errors
 
-EXIT_USAGE = 2
 EXIT_INFEASIBLE = 3  # `regal optimize`: no solution found within the memory limits
 EXIT_RUNS_FAILED = 1  # `regal compare`: some runs failed (the others are recorded)
-
-
-class UserError(Exception):
-    """A problem with the user's input; printed as one line, exit code 2."""
 
 
 # ---------------------------------------------------------------------------
@@ -355,7 +351,7 @@ def cmd_optimize(args) -> int:
         print(f"wrote {path}")
     if stopped:
         print("regal: interrupted: the best solution found so far is above", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     return 0 if solution.feasible else EXIT_INFEASIBLE
 
 
@@ -754,37 +750,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str] | None) -> int:
     """Parses `argv` and runs its command: user errors are one line and exit code 2."""
-    from regal.files import WRITE_ERRNOS, WriteError
-    from regal.graph import GraphError
-    from regal.harness import WorkerDied
-
     args = build_parser().parse_args(argv)
-    try:
+
+    def command() -> int:
         check_device_counts(args)
         return int(COMMANDS[args.command](args) or 0)
-    except WorkerDied as exc:  # not the user's input: exit 1, one line, a rerun resumes
-        if os.environ.get("REGAL_DEBUG"):
-            raise
-        print(f"regal: error: {exc}", file=sys.stderr)
-        return 1
-    except (UserError, GraphError, OSError, ValueError) as exc:
-        # an OSError is the user's when it names a file (missing, a folder, not writable),
-        # or when an output cannot be written (full disk, `ulimit -f`: regal.files)
-        disk = isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS
-        if os.environ.get("REGAL_DEBUG") or (isinstance(exc, OSError) and not exc.filename
-                                             and not disk):
-            raise
-        if isinstance(exc, WriteError) or not isinstance(exc, OSError):
-            msg = str(exc)
-        elif exc.filename:
-            msg = f"{exc.strerror}: {exc.filename}"
-        else:  # a writer that does not go through regal.files names no file
-            msg = f"{exc.strerror} (a file could not be written or read)"
-        print(f"regal: error: {msg}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("regal: interrupted", file=sys.stderr)
-        return 130
+
+    return report_user_errors("regal", command)
 
 
 if __name__ == "__main__":
