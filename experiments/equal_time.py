@@ -34,8 +34,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
+from regal.arguments import (check_device_counts, check_output, device_count,  # noqa: E402
+                             positive_int)
 from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
+from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
 
 RECORDS = REPO / "experiments/results/equal_time.jsonl"
 OUT = REPO / "experiments/results/equal_time.md"
@@ -77,9 +80,12 @@ def objective_of(row: dict) -> str:
 
 
 def key(row: dict) -> tuple:
+    """A run's settings: a stored run is reused only for the same ones (the memory limit
+    too: a step-time run under another graph's best-known peak is made again)."""
     timed = row["seconds"] is not None
     return (row["set"], row["graph"], row["devices"], row["seed"], row["method"],
-            row["budget"], timed, objective_of(row), tuple(row.get("revisions") or ()))
+            row["budget"], timed, objective_of(row), tuple(row.get("revisions") or ()),
+            row.get("memory_limit"))
 
 
 def points(base: float, value: float) -> float:
@@ -128,23 +134,31 @@ def table(rows: list[dict], methods) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The command: a user's error is one line on stderr and exit code 2."""
+    return report_user_errors(Path(__file__).name, lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", nargs="+", type=Path, required=True,
                         help="folders of .npz graphs (a set each)")
-    parser.add_argument("--count", type=int, default=None, help="first graphs of each folder")
-    parser.add_argument("--devices", nargs="+", type=int, default=[2, 4])
-    parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--budget", type=int, default=5000)
+    parser.add_argument("--count", type=positive_int, default=None,
+                        help="first graphs of each folder")
+    parser.add_argument("--devices", nargs="+", type=device_count, default=[2, 4])
+    parser.add_argument("--seeds", type=positive_int, default=2)
+    parser.add_argument("--budget", type=positive_int, default=5000)
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--objective", choices=("peak_memory", "makespan"), default="peak_memory",
                         help="makespan: under 1.2 x each graph's best-known peak per device")
     parser.add_argument("--records", type=Path, default=RECORDS)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
+    check_device_counts(args)
     for folder in args.graphs:
         if not folder.is_dir() or not any(folder.glob("*.npz")):
-            print(f"error: --graphs: {folder} holds no .npz graphs", file=sys.stderr)
-            return 2
+            raise UserError(f"--graphs: {folder} holds no .npz graphs")
+    check_output("--records", args.records)
+    check_output("--out", args.out, inputs=(args.records,))
     methods = list(dict.fromkeys(["regal", BASE] + list(args.methods)))
     from regal.optimizers import get_method
     from regal.workers import set_numba_threads
@@ -154,8 +168,7 @@ def main(argv=None) -> int:
         try:
             get_method(method)
         except ValueError as exc:
-            print(f"error: --methods: {exc}", file=sys.stderr)
-            return 2
+            raise UserError(f"--methods: {exc}") from None
     set_numba_threads(1)
 
     if args.objective == "makespan":
@@ -164,20 +177,28 @@ def main(argv=None) -> int:
     else:
         def limit_of(path, devices):   # peak memory: no limit
             return None
-    done = {key(r): r for r in read_json_lines(args.records)}
     cases = [(path, d, s) for folder in args.graphs
              for path in sorted(folder.glob("*.npz"))[:args.count]
              for d in args.devices for s in range(args.seeds)]
-    writer = JsonLinesWriter(args.records, f"{args.records} is being written")
+    # (set, graph, devices) -> this run's memory limit (makespan: from today's store)
+    limits = {(path.parent.name, path.stem, d): limit_of(path, d) for path, d, _ in cases}
+    # the writer first: it holds the file's lock and cuts a torn last line left by a kill
+    writer = JsonLinesWriter(args.records, f"--records {args.records} is being written by "
+                             "another run")
     try:
+        try:
+            done = {key(r): r for r in read_json_lines(args.records)}
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"--records {args.records}: not the records of this script "
+                            f"({type(exc).__name__}: {exc})") from None
         first = cases[0][0] if cases else None
         if first is not None:       # numba's compiled code loaded before any timed run
             for method in methods:
                 run(first, 2, 0, method, 300, None, args.objective, limit_of(first, 2))
         for path, d, s in tqdm(cases, desc="cases", unit="case", mininterval=5):
+            limit = limits[(path.parent.name, path.stem, d)]
             probe = dict(set=path.parent.name, graph=path.stem, devices=d, seed=s,
-                         budget=args.budget, objective=args.objective)
-            limit = limit_of(path, d)
+                         budget=args.budget, objective=args.objective, memory_limit=limit)
             untimed = done.get(key(dict(probe, method="regal", seconds=None,
                                         revisions=revisions_of("regal", limit))))
             if untimed is None:
@@ -193,8 +214,13 @@ def main(argv=None) -> int:
                     done[key(row)] = row
     finally:
         writer.close()
+    # of this objective's runs on these graphs, those under today's limits only
     rows = [r for r in done.values() if r["budget"] == args.budget
-            and r.get("revisions") == revisions_of(r["method"], r.get("memory_limit"))]
+            and r.get("revisions") == revisions_of(r["method"], r.get("memory_limit"))
+            and (objective_of(r) != args.objective or limits.get(
+                (r["set"], r["graph"], r["devices"]), r.get("memory_limit"))
+                == r.get("memory_limit"))]
+    refuse_empty(rows, f"--records {args.records}")
     text = ("# REGAL at equal wall time\n\n"
             f"Made by `python experiments/equal_time.py` ({len(rows):,} runs). Per graph, device "
             "count and seed, every method gets the wall seconds `regal` took for "

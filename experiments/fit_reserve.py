@@ -24,23 +24,29 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from regal.arguments import check_output  # noqa: E402
 from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.optimizers import Problem, solve  # noqa: E402
+from regal.records import read_records  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
+from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
 import regal.search.pipeline as pipeline  # noqa: E402
 
 METHOD = "seeded-brkga"
+# the pipeline's FIT_RESERVE when the cache's first lines were made (they do not name it)
+FIRST_RESERVE = 0.2
 
 
 def cases(records_file: Path) -> list[dict]:
     """The distinct (graph, devices, limit, seed, budget, options) of the records' step-time
-    runs of `METHOD` under a memory limit, in file order."""
+    runs of `METHOD` under a memory limit, in file order (a torn last line, a run under way
+    or killed, is left out)."""
     seen, out = set(), []
-    for r in read_json_lines(records_file):
-        if r["method"] != METHOD or r.get("memory_limit") is None \
-                or r["objective"] != "makespan":
+    for r in read_records(records_file):
+        if r.get("method") != METHOD or r.get("memory_limit") is None \
+                or r.get("objective") != "makespan":
             continue
         case = {"graph": r["graph"], "fingerprint": r["fingerprint"], "devices": r["devices"],
                 "limit": r["memory_limit"], "seed": r["seed"], "budget": r["budget"],
@@ -87,6 +93,13 @@ def table(rows: list[dict], reserve: float) -> str:
 
 
 def main(argv=None) -> int:
+    """The command: a user's error is one line on stderr and exit code 2."""
+    return report_user_errors(Path(__file__).name, lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
+    from tqdm import tqdm
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", required=True, help="a transfer run's records.jsonl")
     parser.add_argument("--graphs", required=True, help="the folder of its graph files")
@@ -95,12 +108,34 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(REPO / "experiments" / "results" /
                                              "fit_reserve.md"))
     args = parser.parse_args(argv)
+    if not Path(args.records).is_file():
+        raise UserError(f"--records {args.records}: no such file")
+    if not Path(args.graphs).is_dir():
+        raise UserError(f"--graphs {args.graphs}: no such folder")
+    check_output("--cache", args.cache, inputs=(args.records,))
+    check_output("--out", args.out, inputs=(args.records, args.cache))
     reserve = pipeline.FIT_RESERVE
-    done = {json.dumps(r["case"], sort_keys=True): r
-            for r in read_json_lines(args.cache)} if Path(args.cache).exists() else {}
+    todo = cases(Path(args.records))
+    refuse_empty(todo, f"--records {args.records}: no step-time runs of {METHOD} under a "
+                 "memory limit")
     graphs, rows = {}, []
-    with JsonLinesWriter(args.cache, busy=f"{args.cache} is being written by another run") as writer:
-        for case in cases(Path(args.records)):
+    # the writer first: it holds the cache's lock and cuts a torn last line left by a kill
+    with JsonLinesWriter(args.cache, busy=f"--cache {args.cache} is being written by "
+                         "another run") as writer:
+        try:
+            # a line made with another reserve (the pipeline's changed since) is made again
+            done = {json.dumps(r["case"], sort_keys=True): r for r in read_json_lines(args.cache)
+                    if r.get("reserve", FIRST_RESERVE) == reserve}
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"--cache {args.cache}: not a cache of this script "
+                            f"({type(exc).__name__}: {exc})") from None
+        missing = sorted({case["graph"] for case in todo
+                          if json.dumps(case, sort_keys=True) not in done
+                          and not (Path(args.graphs) / f"{case['graph']}.npz").is_file()})
+        if missing:
+            raise UserError(f"--graphs {args.graphs}: no {missing[0]}.npz (of {len(missing)} "
+                            "graph(s) the records ran on that the cache lacks)")
+        for case in tqdm(todo, desc="cases", unit="case", disable=None):
             key = json.dumps(case, sort_keys=True)
             if key in done:
                 rows.append(done[key])
@@ -108,9 +143,9 @@ def main(argv=None) -> int:
             path = Path(args.graphs) / f"{case['graph']}.npz"
             graph = graphs.setdefault(str(path), load_graph(path))
             if graph.fingerprint() != case["fingerprint"]:
-                raise SystemExit(f"{path}: fingerprint {graph.fingerprint()}, the records' "
-                                 f"{case['fingerprint']}: not the graph they ran")
-            row = {"case": case, "devices": case["devices"],
+                raise UserError(f"--graphs: {path}: fingerprint {graph.fingerprint()}, the "
+                                f"records' {case['fingerprint']}: not the graph they ran")
+            row = {"case": case, "devices": case["devices"], "reserve": reserve,
                    "without": run_case(graph, case, 0.0),
                    "with": run_case(graph, case, reserve)}
             writer.write(row)

@@ -35,8 +35,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from regal.arguments import (check_device_counts, check_output, device_count,  # noqa: E402
+                             non_negative_int, positive_int)
 from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
+from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
 
 RECORDS = REPO / "experiments/results/large_steps.jsonl"
 OUT = REPO / "experiments/results/large_steps.md"
@@ -93,8 +96,11 @@ def run(task: dict) -> dict:
 
 
 def key(row: dict) -> tuple:
+    """A run's settings: a stored run is reused only for the same ones (the limit too: a
+    step-time run under a limit set from other best-known peaks is made again; rows made
+    before runs under limits have none)."""
     return (row["graph"], row["devices"], row["seed"], row["method"], row["budget"],
-            row["revision"], objective_of(row))
+            row["revision"], objective_of(row), row.get("limit"))
 
 
 def points(base: float, value: float) -> float:
@@ -206,17 +212,22 @@ def gap_table(rows: list[dict], best: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=6, help="graphs of the split")
-    parser.add_argument("--devices", nargs="+", type=int, default=[2, 4])
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--budget", type=int, default=5000)
+    """The command: a user's error is one line on stderr and exit code 2."""
+    return report_user_errors(Path(__file__).name, lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=positive_int, default=6, help="graphs of the split")
+    parser.add_argument("--devices", nargs="+", type=device_count, default=[2, 4])
+    parser.add_argument("--seeds", type=positive_int, default=3)
+    parser.add_argument("--budget", type=positive_int, default=5000)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    parser.add_argument("--long-budget", type=int, default=50000,
+    parser.add_argument("--long-budget", type=non_negative_int, default=50000,
                         help="evaluations of the best-known runs (0: none)")
     parser.add_argument("--objective", choices=("peak_memory", "makespan"),
                         default="peak_memory")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=positive_int, default=2)
     parser.add_argument("--graphs", type=Path, default=GRAPHS,
                         help="folder the split is written to (regenerated from its recipe)")
     parser.add_argument("--records", type=Path, default=RECORDS)
@@ -224,25 +235,34 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     command = " ".join(["python experiments/large_steps.py",
                         *(sys.argv[1:] if argv is None else argv)])
-    for name in ("count", "seeds", "budget", "workers"):
-        if getattr(args, name) < 1:
-            print(f"error: --{name} must be at least 1", file=sys.stderr)
-            return 2
-    if args.long_budget < 0:
-        print("error: --long-budget must be at least 0", file=sys.stderr)
-        return 2
-    if any(d < 1 for d in args.devices):
-        print("error: --devices must be at least 1", file=sys.stderr)
-        return 2
+    check_device_counts(args)
+    check_output("--graphs", args.graphs, folder=True)
+    check_output("--records", args.records)
+    check_output("--out", args.out, inputs=(args.records,))
+    # the writer first: it holds the file's lock and cuts a torn last line left by a kill
+    writer = JsonLinesWriter(args.records, f"--records {args.records} is being written by "
+                             "another run")
+    try:
+        return _run(args, command, writer)
+    finally:
+        writer.close()
+
+
+def _run(args, command: str, writer: JsonLinesWriter) -> int:
+    """The runs (each written to `writer` as it ends), then the tables."""
     from tqdm import tqdm
 
     from regal import synth
     from regal.workers import Workers
 
+    try:
+        stored = read_json_lines(args.records)
+        done = {key(r) for r in stored}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"--records {args.records}: not the records of this script "
+                        f"({type(exc).__name__}: {exc})") from None
     rec = recipe(args.count)
     paths = sorted(synth.materialize(rec, args.graphs, progress=False))
-    stored = read_json_lines(args.records)
-    done = {key(r) for r in stored}
     # (graph, devices) -> the limit (makespan) or None
     limits: dict = {(p.stem, d): None for p in paths for d in args.devices}
     if args.objective == "makespan":
@@ -250,14 +270,13 @@ def main(argv=None) -> int:
                             and r["revision"] == revision(r["method"])])
         missing = [f"{g} at {d} devices" for g, d in limits if (d, g) not in peaks]
         if missing:
-            print(f"error: no peak-memory run of {', '.join(missing)} in {args.records} to "
-                  "set the limit from: run without --objective first", file=sys.stderr)
-            return 2
+            raise UserError(f"no peak-memory run of {', '.join(missing)} in {args.records} to "
+                            "set the limit from: run without --objective first")
         limits = {(g, d): int(LIMIT_FACTOR * peaks[(d, g)]) for g, d in limits}
 
     def task(i, p, d, s, m, budget):
         limit = limits[(p.stem, d)]
-        if (p.stem, d, s, m, budget, revision(m, limit), args.objective) in done:
+        if (p.stem, d, s, m, budget, revision(m, limit), args.objective, limit) in done:
             return None
         return dict(path=str(p), family=synth.family_at(rec, i), devices=d, seed=s, method=m,
                     budget=budget, objective=args.objective, limit=limit)
@@ -270,7 +289,6 @@ def main(argv=None) -> int:
                   for i, p in enumerate(paths) for d in args.devices for m in LONG_METHODS]
     tasks = [t for t in tasks if t is not None]
     print(f"large_steps: {len(tasks)} runs to make", flush=True)
-    writer = JsonLinesWriter(args.records, f"{args.records} is being written")
     queue, bar = iter(tasks), tqdm(total=len(tasks), desc="runs", unit="run", mininterval=5)
 
     def start():
@@ -287,10 +305,12 @@ def main(argv=None) -> int:
                 workers.run(start, finish)
     finally:
         bar.close()
-        writer.close()
+    # this objective's runs of the current code, under today's limits on these graphs
     current = [r for r in read_json_lines(args.records) if objective_of(r) == args.objective
-               and r["revision"] == revision(r["method"], r.get("limit"))]
+               and r["revision"] == revision(r["method"], r.get("limit"))
+               and limits.get((r["graph"], r["devices"]), r.get("limit")) == r.get("limit")]
     rows = [r for r in current if r["budget"] == args.budget]
+    refuse_empty(rows, f"--records {args.records}")
     long = [r for r in current if r["budget"] == args.long_budget] if args.long_budget else []
     objective = "peak memory" if args.objective == "peak_memory" else (
         f"step time under a limit of {LIMIT_FACTOR} x the best-known peak on every device "

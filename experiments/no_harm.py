@@ -21,19 +21,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from regal import harness, optimizers  # noqa: E402
+from regal.arguments import check_output, checked_policy_dir, positive_int  # noqa: E402
+from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
-from regal.regal_method import same_policy_dir  # noqa: E402
+from regal.regal_method import (portable_policy_dir, resolve_policy_dir,  # noqa: E402
+                                same_policy_dir)
 from regal.report import markdown_table  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
+from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
 
 HARM = -1.0   # the issue's rule: no graph more than 1% worse than BRKGA-5K
 DEFAULT_POLICY = "data/policy"   # regal's runs of the shipped policy
@@ -91,10 +95,58 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", required=True, type=Path)
     parser.add_argument("--graphs", nargs="+", required=True, type=Path,
                         help="folders holding the run's graph files (matched by fingerprint)")
-    parser.add_argument("--budget", type=int, default=5000)
+    parser.add_argument("--budget", type=positive_int, default=5000)
     parser.add_argument("--out", required=True, type=Path, help="Markdown table")
     parser.add_argument("--cache", type=Path, default=None,
                         help="JSON lines of finished runs (default: OUT with .jsonl)")
+
+
+def checked_inputs(args) -> tuple[Path, dict]:
+    """The checks this check shares with `no_harm_null.py`, made before any work (--records is
+    checked first, by each): --out and the cache writable (neither one of the inputs), --graphs
+    folders of graph files. Returns the cache's path and {fingerprint: graph path} of --graphs."""
+    cache = args.cache or args.out.with_suffix(".jsonl")
+    check_output("--out", args.out, inputs=(args.records, cache))
+    check_output("--cache", cache, inputs=(args.records,))
+    for folder in args.graphs:
+        if not folder.is_dir():
+            raise UserError(f"--graphs {folder}: no such folder")
+    try:
+        paths = {e.fingerprint: e.path for e in harness.find_graphs(
+            {folder.name: folder for folder in args.graphs})}
+    except ValueError as exc:
+        raise UserError(f"--graphs: {str(exc).removeprefix('graphs: ')}") from None
+    return cache, paths
+
+
+def open_cache(cache: Path) -> tuple[JsonLinesWriter, list[dict]]:
+    """The cache's writer (it holds the file's lock and cuts a torn last line left by a kill)
+    and the lines the cache holds."""
+    writer = JsonLinesWriter(cache, busy=f"--cache {cache}: being written by another run")
+    try:
+        return writer, read_json_lines(cache)
+    except ValueError as exc:
+        writer.close()
+        raise UserError(f"--cache {cache}: not a cache of this script ({exc})") from None
+
+
+def cached_runs(lines: list, args, policy: str | None) -> dict:
+    """(key, seed) -> (against's value, the method's value) of the cache's lines made with
+    this run's settings: method, --against, --budget, the code revisions and, when `regal`
+    runs (`policy` not None), --policy; a line without a policy was made with the shipped
+    one, the only one used before lines kept it. A line of other settings is not reused."""
+    done: dict = {}
+    for row in lines:
+        key = tuple(row.get("key") or ()) if isinstance(row, dict) else ()
+        if len(key) != 5 or "revisions" not in row:   # written before runs kept them
+            continue
+        if row.get("method") == args.method and row.get("budget") == args.budget \
+                and row.get("against") == args.against \
+                and row["revisions"] == revisions((args.method, args.against), key[4]) \
+                and (policy is None or same_policy_dir(row.get("policy", DEFAULT_POLICY),
+                                                       policy)):
+            done[(*key, row["seed"])] = (float(row["brkga"]), float(row["value"]))
+    return done
 
 
 def revisions(methods, memory_limit) -> list[str]:
@@ -104,7 +156,14 @@ def revisions(methods, memory_limit) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The command: a user's error is one line on stderr and exit code 2."""
+    return report_user_errors(Path(__file__).name, lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
+    from tqdm import tqdm
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     run_arguments(parser)
     parser.add_argument("--method", default="regal")
     parser.add_argument("--against", default="brkga",
@@ -125,47 +184,45 @@ def main(argv=None) -> int:
             optimizers.get_method(name)
         except ValueError as exc:
             parser.error(f"{flag}: {exc}")
-    cache = args.cache or args.out.with_suffix(".jsonl")
-    paths = {e.fingerprint: e.path for e in harness.find_graphs(
-        {folder.name: folder for folder in args.graphs})}
-    found = {k: v for k, v in suspects(args.records, args.method, args.policy, args.below,
-                                       args.budget, args.against, args.objective).items()
-             if k[0] in paths}
-    done: dict = {}
-    if cache.exists():   # only the lines of this method, baseline, budget and code revisions
-        for line in cache.read_text().splitlines():
-            row = json.loads(line)
-            if "revisions" not in row:      # written before runs kept them: never reused
-                continue
-            key = tuple(row["key"])
-            if row["method"] == args.method and row["budget"] == args.budget \
-                    and row["against"] == args.against \
-                    and row["revisions"] == revisions((args.method, args.against), key[4]):
-                done[(*key, row["seed"])] = (row["brkga"], row["value"])
-    start = time.perf_counter()
-    for n, key in enumerate(sorted(found, key=lambda k: (k[2], k[3], k[1])), 1):
-        fingerprint, graph, dataset, devices, limit = key
-        problem = None
-        options = found[key]["options"]
-        for seed in range(args.seeds):
-            if (*key, seed) in done:
-                continue
-            problem = problem or optimizers.Problem(
-                load_graph(paths[fingerprint]), DeviceSpec(devices, memory_limit=limit),
-                args.objective)
-            base = optimizers.solve(args.against, problem, args.budget, seed,
-                                    **options.get(args.against, {})).value
-            value = optimizers.solve(args.method, problem, args.budget, seed,
-                                     **options.get(args.method, {})).value
-            done[(*key, seed)] = (base, value)
-            with cache.open("a") as fh:   # "brkga": the baseline's value (named so before)
-                fh.write(json.dumps({"key": list(key), "seed": seed, "method": args.method,
-                                     "against": args.against, "budget": args.budget,
-                                     "revisions": revisions((args.method, args.against), limit),
-                                     "brkga": base, "value": value}) + "\n")
-        print(f"[{n}/{len(found)}] {dataset} {graph} d={devices} "
-              f"({time.perf_counter() - start:.0f} s)", flush=True)
-    args.out.write_text(table(found, done, args))
+    regal_runs = "regal" in (args.method, args.against)
+    if regal_runs:
+        checked_policy_dir(str(resolve_policy_dir(args.policy)))
+    cache, paths = checked_inputs(args)
+    # every graph of --graphs the records pair the two methods on; then those below the line
+    paired = {k: v for k, v in suspects(args.records, args.method, args.policy, math.inf,
+                                        args.budget, args.against, args.objective).items()
+              if k[0] in paths}
+    refuse_empty(paired, f"--records {args.records}: no {args.method} and {args.against} runs "
+                 f"at --budget {args.budget} ({args.objective}) on the graphs of --graphs")
+    found = {k: v for k, v in paired.items() if improvement(v["seeds"].values()) < args.below}
+    policy = portable_policy_dir(args.policy)
+    writer, lines = open_cache(cache)
+    try:
+        done = cached_runs(lines, args, policy if regal_runs else None)
+        for key in tqdm(sorted(found, key=lambda k: (k[2], k[3], k[1])), desc="graphs",
+                        unit="graph", disable=None):
+            fingerprint, graph, dataset, devices, limit = key
+            problem = None
+            options = found[key]["options"]
+            for seed in range(args.seeds):
+                if (*key, seed) in done:
+                    continue
+                problem = problem or optimizers.Problem(
+                    load_graph(paths[fingerprint]), DeviceSpec(devices, memory_limit=limit),
+                    args.objective)
+                base = optimizers.solve(args.against, problem, args.budget, seed,
+                                        **options.get(args.against, {})).value
+                value = optimizers.solve(args.method, problem, args.budget, seed,
+                                         **options.get(args.method, {})).value
+                done[(*key, seed)] = (base, value)
+                # "brkga": the baseline's value (named so before)
+                writer.write({"key": list(key), "seed": seed, "method": args.method,
+                              "against": args.against, "budget": args.budget,
+                              "revisions": revisions((args.method, args.against), limit),
+                              "policy": policy, "brkga": base, "value": value})
+    finally:
+        writer.close()
+    write_text(args.out, table(found, done, args))
     print(args.out.read_text())
     return 0
 

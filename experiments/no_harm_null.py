@@ -20,7 +20,6 @@ the records; the records' options; resumable (one JSON line per run in `--cache`
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -30,12 +29,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
-from no_harm import (DEFAULT_POLICY, HARM, improvement, revisions, run_arguments,  # noqa: E402
-                     standard_error, suspects)
-from regal import harness, optimizers  # noqa: E402
+from no_harm import (DEFAULT_POLICY, HARM, checked_inputs, improvement,  # noqa: E402
+                     open_cache, revisions, run_arguments, standard_error, suspects)
+from regal import optimizers  # noqa: E402
+from regal.arguments import non_negative_int, positive_int  # noqa: E402
+from regal.files import write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
+from regal.user_errors import report_user_errors  # noqa: E402
 
 
 def recorded(records_file: Path, method: str, budget: int, seeds: int,
@@ -52,17 +54,39 @@ def recorded(records_file: Path, method: str, budget: int, seeds: int,
     return {k: v for k, v in runs.items() if all(s in v["values"] for s in range(seeds))}
 
 
+def cached_runs(lines: list, args) -> dict:
+    """(key, seed) -> value of the cache's lines made with this run's method, budget,
+    objective and code revision (a line of other settings is not reused)."""
+    done: dict = {}
+    for row in lines:
+        key = tuple(row.get("key") or ()) if isinstance(row, dict) else ()
+        if len(key) != 5 or "revisions" not in row:   # written before runs kept them: not reused
+            continue
+        if row.get("method") == args.method and row.get("budget") == args.budget \
+                and row.get("objective", "peak_memory") == args.objective \
+                and row["revisions"] == revisions((args.method,), key[4]):
+            done[(*key, row["seed"])] = float(row["value"])
+    return done
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The command: a user's error is one line on stderr and exit code 2."""
+    return report_user_errors(Path(__file__).name, lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
+    from tqdm import tqdm
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     run_arguments(parser)
     parser.add_argument("--method", default="seeded-brkga")
     parser.add_argument("--objective", default="peak_memory", choices=("peak_memory", "makespan"),
                         help="makespan: the runs under a memory limit (each graph's own)")
-    parser.add_argument("--seed-offset", type=int, default=1000,
+    parser.add_argument("--seed-offset", type=non_negative_int, default=1000,
                         help="the placebo's seeds: the twin's plus this")
-    parser.add_argument("--select-seeds", type=int, default=3,
+    parser.add_argument("--select-seeds", type=positive_int, default=3,
                         help="seeds of the records the first step flags on")
-    parser.add_argument("--seeds", type=int, default=5, help="seeds of the recheck")
+    parser.add_argument("--seeds", type=positive_int, default=5, help="seeds of the recheck")
     parser.add_argument("--below", type=float, default=HARM)
     args = parser.parse_args(argv)
     if not args.records.is_file():
@@ -75,29 +99,19 @@ def main(argv=None) -> int:
         optimizers.get_method(args.method)
     except ValueError as exc:
         parser.error(f"--method: {exc}")
-    cache = args.cache or args.out.with_suffix(".jsonl")
-    try:
-        paths = {e.fingerprint: e.path for e in harness.find_graphs(
-            {folder.name: folder for folder in args.graphs})}
-    except (OSError, ValueError) as exc:
-        parser.error(f"--graphs: {exc}")
+    cache, paths = checked_inputs(args)
     runs = {k: v for k, v in recorded(args.records, args.method, args.budget,
                                       args.select_seeds, args.objective).items()
             if k[0] in paths}
     if not runs:
         parser.error(f"--records: no {args.method} runs with seeds 0..{args.select_seeds - 1} "
                      "on the graphs of --graphs")
-    done: dict = {}
-    if cache.exists():
-        for line in cache.read_text().splitlines():
-            row = json.loads(line)
-            if "revisions" not in row:      # written before runs kept them: never reused
-                continue
-            key = tuple(row["key"])
-            if row["method"] == args.method and row["budget"] == args.budget \
-                    and row.get("objective", "peak_memory") == args.objective \
-                    and row["revisions"] == revisions((args.method,), key[4]):
-                done[(*key, row["seed"])] = row["value"]
+    writer, lines = open_cache(cache)
+    try:
+        done = cached_runs(lines, args)
+    except BaseException:
+        writer.close()
+        raise
     start = time.perf_counter()
     problems: dict = {}
 
@@ -113,32 +127,31 @@ def main(argv=None) -> int:
                                                    args.objective)
             done[(*key, seed)] = optimizers.solve(args.method, problems[key], args.budget,
                                                   seed, **runs[key]["options"]).value
-            with cache.open("a") as fh:
-                fh.write(json.dumps({"key": list(key), "seed": seed, "method": args.method,
-                                     "budget": args.budget, "objective": args.objective,
-                                     "revisions": revisions((args.method,), limit),
-                                     "value": done[(*key, seed)]}) + "\n")
+            writer.write({"key": list(key), "seed": seed, "method": args.method,
+                          "budget": args.budget, "objective": args.objective,
+                          "revisions": revisions((args.method,), limit),
+                          "value": done[(*key, seed)]})
         return done[(*key, seed)]
 
     def pairs(key, seeds: int) -> list:
         return [(value(key, s), value(key, s + args.seed_offset)) for s in range(seeds)]
 
     keys = sorted(runs, key=lambda k: (k[2], k[3], k[1]))
-    flagged = []
-    for n, key in enumerate(keys, 1):
-        if improvement(pairs(key, args.select_seeds)) < args.below:
-            flagged.append(key)
-        if n % 20 == 0 or n == len(keys):
-            print(f"flag: {n}/{len(keys)} pairs, {len(flagged)} flagged "
-                  f"({time.perf_counter() - start:.0f} s)", flush=True)
-    cells, still = [], 0
-    for key in flagged:
-        first, now = pairs(key, args.select_seeds), pairs(key, args.seeds)
-        still += improvement(now) < HARM
-        cells.append([key[2], key[3], key[1], f"{improvement(first):+.2f}%",
-                      f"{improvement(now):+.2f}%", f"{standard_error(now):.2f}",
-                      "yes" if improvement(now) < HARM else "no"])
-    print(f"recheck done ({time.perf_counter() - start:.0f} s)", flush=True)
+    flagged, cells, still = [], [], 0
+    try:
+        for key in tqdm(keys, desc="flag", unit="pair", disable=None):
+            if improvement(pairs(key, args.select_seeds)) < args.below:
+                flagged.append(key)
+        for key in tqdm(flagged, desc="recheck", unit="pair", disable=None):
+            first, now = pairs(key, args.select_seeds), pairs(key, args.seeds)
+            still += improvement(now) < HARM
+            cells.append([key[2], key[3], key[1], f"{improvement(first):+.2f}%",
+                          f"{improvement(now):+.2f}%", f"{standard_error(now):.2f}",
+                          "yes" if improvement(now) < HARM else "no"])
+    finally:
+        writer.close()
+    print(f"{len(keys)} pairs, {len(flagged)} flagged, recheck done "
+          f"({time.perf_counter() - start:.0f} s)", flush=True)
     lines = [f"# The noise floor of do no harm: {args.method} against itself with seeds + "
              f"{args.seed_offset}", "",
              f"`{args.method}` (the records' options, "
@@ -156,7 +169,7 @@ def main(argv=None) -> int:
                              f"{args.select_seeds} seeds", f"{args.seeds} seeds", "SE",
                              f"below {HARM:+.0f}% with {args.seeds} seeds"],
                             cells or [["(none)"] + [""] * 6], "lrlrrrl")
-    args.out.write_text("\n".join(lines) + "\n")
+    write_text(args.out, "\n".join(lines) + "\n")
     print(args.out.read_text())
     return 0
 

@@ -26,27 +26,43 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from no_harm import improvement  # noqa: E402  the transfer tables' per-graph rule
 from regal.report import markdown_table, wilcoxon_p  # noqa: E402  (no_harm put the repository on the path)
+from regal.user_errors import UserError, report_user_errors  # noqa: E402
 
 
 def read_cache(path: Path) -> tuple[str, dict]:
-    """(method, {(dataset, devices, graph, fingerprint): {seed: (brkga, value)}}) of one
-    no_harm cache; ValueError unless it holds the runs of one method at one budget."""
+    """(method, {(dataset, devices, graph, fingerprint, memory limit): {seed: (brkga, value)}})
+    of one no_harm cache; ValueError unless it holds the runs of one method at one budget
+    against one method. Its keys are no_harm.py's: (fingerprint, graph, dataset, devices,
+    memory limit), or without the limit (caches written before runs under limits: None). A
+    torn last line (a kill mid-write) is left out."""
     runs: dict = defaultdict(dict)
-    methods, budgets = set(), set()
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    methods, budgets, against = set(), set(), set()
+    text = path.read_text()
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines.pop()                     # torn by a kill: no_harm.py cuts it on its next run
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
             row = json.loads(line)
-            fingerprint, graph, dataset, devices = row["key"]
-            runs[(dataset, int(devices), graph, fingerprint)][int(row["seed"])] = (
-                float(row["brkga"]), float(row["value"]))
+            fingerprint, graph, dataset, devices, *limit = row["key"]
+            if len(limit) > 1:
+                raise ValueError(f"a key of {len(row['key'])} values")
+            runs[(dataset, int(devices), graph, fingerprint, limit[0] if limit else None)][
+                int(row["seed"])] = (float(row["brkga"]), float(row["value"]))
             methods.add(row["method"])
             budgets.add(int(row["budget"]))
+            against.add(row.get("against", "brkga"))
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}:{n}: not a no_harm.py cache line ({exc})") from None
     if len(methods) != 1:
         raise ValueError(f"{path}: expected the runs of one method, found {sorted(methods)}")
     if len(budgets) != 1:
         raise ValueError(f"{path}: expected the runs of one budget, found {sorted(budgets)}")
+    if len(against) != 1:
+        raise ValueError(f"{path}: expected the runs against one method, found "
+                         f"{sorted(against)}")
     return methods.pop(), dict(runs)
 
 
@@ -88,23 +104,24 @@ def markdown(name_a: str, name_b: str, rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The command: a user's error is one line on stderr and exit code 2."""
+    return report_user_errors(Path(__file__).name, lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("first", type=Path, help="no_harm.py cache of the first method")
     parser.add_argument("second", type=Path, help="no_harm.py cache of the second method")
     args = parser.parse_args(argv)
     for path in (args.first, args.second):
         if not path.is_file():
             parser.error(f"{path}: no such file")
-    try:
-        name_a, first = read_cache(args.first)
-        name_b, second = read_cache(args.second)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    name_a, first = read_cache(args.first)
+    name_b, second = read_cache(args.second)
     rows = compare(first, second)
     if not rows:
-        print("the two caches share no graph and seed", file=sys.stderr)
-        return 2
+        raise UserError(f"{args.first} and {args.second}: the two caches share no graph and "
+                        "seed (with the same run of the method both are measured against)")
     print("Improvement over BRKGA-5K of the same seeds (per graph: mean over seeds).\n")
     print(markdown(name_a, name_b, rows))
     return 0

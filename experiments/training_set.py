@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from regal import synth  # noqa: E402
+from regal.arguments import check_output, positive_int  # noqa: E402
 from regal.io import load_graph, save_graph  # noqa: E402
+from regal.user_errors import report_user_errors  # noqa: E402
 
 # data/real families; the held-out ones are the real-graph test set of experiments/transfer.py
 TRAIN_FAMILIES = ("densenet121", "efficientnetb0", "mobilenetv2", "nasnetmobile", "vgg16",
@@ -45,24 +47,32 @@ def family_of(name: str) -> str:
     return stem.split("_")[0]
 
 
-def build(out: Path, synth_count: int, net_count: int, real_max_ops: int) -> dict:
+def build(out: Path, synth_count: int, net_count: int, real_max_ops: int,
+          progress: bool = False) -> dict:
+    from tqdm import tqdm
+
     out.mkdir(parents=True, exist_ok=True)
     counts = {"synth": 0, "net": 0, "real": 0}
     train = synth.recipe_named("train", synth_count)
-    for i in range(synth_count):
-        path = out / f"synth_{i:05d}.npz"
-        if not path.exists():
-            save_graph(synth.graph_at(train, i), path)
-        counts["synth"] += 1
     recipes = [synth.custom_recipe(net_count, 150, 800, NET_SEED, family=NET_FAMILIES, name="netinf"),
                synth.custom_recipe(max(1, net_count // 2), 300, 1500, NET_SEED + 1,
                                    family=NET_FAMILIES, training=True, name="nettrain")]
-    for recipe in recipes:
-        for i in range(recipe.count):
-            path = out / f"net_{recipe.name}_{i:04d}.npz"
+    bar = tqdm(total=synth_count + sum(recipe.count for recipe in recipes), desc="graphs",
+               unit="graph", disable=None if progress else True)
+    with bar:
+        for i in range(synth_count):
+            path = out / f"synth_{i:05d}.npz"
             if not path.exists():
-                save_graph(synth.graph_at(recipe, i), path)
-            counts["net"] += 1
+                save_graph(synth.graph_at(train, i), path)
+            counts["synth"] += 1
+            bar.update()
+        for recipe in recipes:
+            for i in range(recipe.count):
+                path = out / f"net_{recipe.name}_{i:04d}.npz"
+                if not path.exists():
+                    save_graph(synth.graph_at(recipe, i), path)
+                counts["net"] += 1
+                bar.update()
     for source in sorted((REPO / "data" / "real").glob("*.npz")):
         if family_of(source.name) not in TRAIN_FAMILIES:
             continue
@@ -79,17 +89,22 @@ def build(out: Path, synth_count: int, net_count: int, real_max_ops: int) -> dic
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The command: a user's error is one line on stderr and exit code 2."""
+    return report_user_errors(Path(__file__).name, lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="folder to fill")
-    parser.add_argument("--synth", type=int, default=200, help="REGAL-like train graphs")
-    parser.add_argument("--net", type=int, default=40,
+    parser.add_argument("--synth", type=positive_int, default=200,
+                        help="REGAL-like train graphs")
+    parser.add_argument("--net", type=positive_int, default=40,
                         help="network-like inference graphs (half as many training steps)")
-    parser.add_argument("--real-max-ops", type=int, default=REAL_MAX_OPS,
+    parser.add_argument("--real-max-ops", type=positive_int, default=REAL_MAX_OPS,
                         help="largest data/real graph to include")
     args = parser.parse_args(argv)
-    if args.synth < 1 or args.net < 1 or args.real_max_ops < 1:
-        parser.error("--synth, --net and --real-max-ops must be at least 1")
-    counts = build(args.out, args.synth, args.net, args.real_max_ops)
+    check_output("--out", args.out, folder=True)
+    counts = build(args.out, args.synth, args.net, args.real_max_ops, progress=True)
     print(f"{args.out}: {counts['synth']} synthetic train, {counts['net']} network-like, "
           f"{counts['real']} real graphs of {', '.join(TRAIN_FAMILIES)} "
           f"(held out: {', '.join(HELD_OUT_FAMILIES)})")

@@ -45,10 +45,13 @@ PEAK_ONLY = ("cpsat-lns",)   # methods that refuse the step-time objective: no m
 sys.path.insert(0, str(REPO))
 
 from regal import harness, optimizers, report, synth  # noqa: E402
+from regal.arguments import (check_output, checked_policy_dir,  # noqa: E402
+                             non_negative_float, non_negative_int, positive_int)
 from regal.io import load_graph  # noqa: E402
 from regal.regal_method import (policy_content_hash,  # noqa: E402
                                 portable_policy_dir, resolve_policy_dir)
 from regal.search.schedule import DEFAULT_SCHEDULE  # noqa: E402
+from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
 
 sys.path.insert(0, str(REPO / "experiments"))
 from training_set import HELD_OUT_FAMILIES, REAL_MAX_OPS, family_of  # noqa: E402
@@ -99,14 +102,21 @@ def large_split_recipes(count: int, ops: tuple[int, int]) -> dict:
             for name, (families, training, seed) in LARGE_SPLITS.items()}
 
 
-def real_subset(count: int | None, folder: Path) -> Path:
-    """The `count` smallest real graphs of the held-out families (all when None), linked into
-    `folder`: the policy never trains on these families (experiments/training_set.py)."""
+def held_out_real_graphs() -> list[Path]:
+    """The data/real graphs of the held-out families; UserError when there is none."""
     files = sorted(p for p in (REPO / "data" / "real").glob("*.npz")
                    if family_of(p.name) in HELD_OUT_FAMILIES)
     if not files:
-        raise SystemExit("data/real/ holds no graphs of the held-out families "
-                         f"({', '.join(HELD_OUT_FAMILIES)}); build it with `regal data real`")
+        raise UserError("data/real/ holds no graphs of the held-out families "
+                        f"({', '.join(HELD_OUT_FAMILIES)}); build it with `regal data real`, "
+                        "or pass --real-graphs 0")
+    return files
+
+
+def real_subset(count: int | None, folder: Path) -> Path:
+    """The `count` smallest real graphs of the held-out families (all when None), linked into
+    `folder`: the policy never trains on these families (experiments/training_set.py)."""
+    files = held_out_real_graphs() if count != 0 else []
     if count is not None:
         files = sorted(files, key=lambda p: (load_graph(p).num_nodes, p.name))[:count]
     folder.mkdir(parents=True, exist_ok=True)
@@ -394,23 +404,30 @@ def train_ablation_policies(out: Path, shipped: Path, steps: int, source: Path |
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The command: a user's error is one line on stderr and exit code 2."""
+    return report_user_errors(Path(__file__).name, lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small subsets, < 15 min")
     parser.add_argument("--out", default=None, help="results folder")
     parser.add_argument("--policy", default="data/policy",
                         help="policy folder (relative: to the repository root, else the cwd)")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--test-graphs", type=int, help="override the synthetic test count")
-    parser.add_argument("--real-graphs", type=int, help="override the real-graph count "
-                        "(smallest first; 0 = none)")
-    parser.add_argument("--large-graphs", type=int, help="override the 10x-larger count")
-    parser.add_argument("--seeds", type=int, help="override the seeds per graph")
+    parser.add_argument("--workers", type=positive_int, default=2)
+    parser.add_argument("--test-graphs", type=positive_int,
+                        help="override the synthetic test count")
+    parser.add_argument("--real-graphs", type=non_negative_int, help="override the real-graph "
+                        "count (smallest first; 0 = none)")
+    parser.add_argument("--large-graphs", type=positive_int,
+                        help="override the 10x-larger count")
+    parser.add_argument("--seeds", type=positive_int, help="override the seeds per graph")
     parser.add_argument("--methods", help="comma-separated baselines for Table 1 (default: "
                         "every registered method; BRKGA-5K is always run)")
     parser.add_argument("--ablation", choices=("auto", "inference", "skip"), default="auto",
                         help="Table 3: auto = inference-time with --quick, trained variants "
                         "otherwise; inference = switch heads off on one set of weights")
-    parser.add_argument("--ablation-steps", type=int, default=SHIPPED_STEPS,
+    parser.add_argument("--ablation-steps", type=positive_int, default=SHIPPED_STEPS,
                         help="training steps per trained ablation variant (default: the "
                         f"shipped policy's {SHIPPED_STEPS})")
     parser.add_argument("--ablation-from", metavar="DIR", default=None,
@@ -423,11 +440,13 @@ def main(argv=None) -> int:
                         "so do this after a change of code that kept its revision")
     parser.add_argument("--makespan", choices=("run", "skip"), default="run",
                         help="the running-time table (makespan.md; default run)")
-    parser.add_argument("--makespan-store", type=float, metavar="SECONDS", default=0.0,
+    parser.add_argument("--makespan-store", type=non_negative_float, metavar="SECONDS",
+                        default=0.0,
                         help="first spend this many portfolio CPU seconds per test graph and "
                         "device count on its makespan best-known entry (data/bestknown/"
                         "synth_test_makespan.jsonl; resumable, monotone; default 0: none)")
-    parser.add_argument("--makespan-store-extra", type=float, metavar="SECONDS", default=0.0,
+    parser.add_argument("--makespan-store-extra", type=non_negative_float, metavar="SECONDS",
+                        default=0.0,
                         help="then spend this many more on each makespan entry that some "
                         "record of --out beats (the store is weakest there; default 0: none)")
     args = parser.parse_args(argv)
@@ -437,22 +456,47 @@ def main(argv=None) -> int:
             cfg[key] = getattr(args, key)
     out = Path(args.out or REPO / "experiments" / "results" /
                ("transfer_quick" if args.quick else "transfer_full"))
+    # every input and the output checked before anything is made or removed (--rerun)
+    methods = [m for m in optimizers.available_methods() if m != "regal"]
+    if args.methods:
+        wanted = {m.strip() for m in args.methods.split(",") if m.strip()} | {"brkga"}
+        unknown = wanted - set(methods)
+        if unknown:
+            parser.error(f"--methods: unknown method(s) {sorted(unknown)}; "
+                         f"available: {', '.join(methods)}")
+        methods = [m for m in methods if m in wanted]
+    rerun = set()
     if args.rerun:
-        asked = {m.strip() for m in args.rerun.split(",") if m.strip()}
+        rerun = {m.strip() for m in args.rerun.split(",") if m.strip()}
         available = set(optimizers.available_methods())
-        unknown = asked - available - {"all"}
+        unknown = rerun - available - {"all"}
         if unknown:
             parser.error(f"--rerun: unknown method(s) {sorted(unknown)}; "
                          f"available: {', '.join(sorted(available))}, all")
-        dropped = harness.forget_records(out, available if "all" in asked else asked)
-        print(f"--rerun: removed {dropped} stored record(s) of {', '.join(sorted(asked))} "
-              f"from {out / harness.RECORDS_FILE}", flush=True)
+    check_output("--out", out, folder=True)
+    checked_policy_dir(str(resolve_policy_dir(args.policy)))
+    ablation = args.ablation if args.ablation != "auto" else \
+        ("inference" if args.quick else "train")
+    if ablation == "train" and not (resolve_policy_dir(args.policy)
+                                    / "train_config.json").is_file():
+        raise UserError(f"--policy {args.policy}: no train_config.json, which the trained "
+                        "ablation (the full run's Table 3) trains each variant with; pass "
+                        "--ablation inference or skip")
+    if args.ablation_from is not None and not resolve_policy_dir(args.ablation_from).is_dir():
+        raise UserError(f"--ablation-from {args.ablation_from}: no such folder")
+    if cfg["real_graphs"] != 0:
+        held_out_real_graphs()
     graphs_dir = REPO / "runs" / "transfer_graphs"  # regenerable, git-ignored
     start = time.perf_counter()
     # records name the policy by its path relative to the repo (a clone elsewhere resumes
     # them) and by its content hash (a replaced policy never reuses the old one's records)
     policy_dir = portable_policy_dir(args.policy)
     policy_hash = policy_content_hash(policy_dir)
+    if rerun:
+        available = set(optimizers.available_methods())
+        dropped = harness.forget_records(out, available if "all" in rerun else rerun)
+        print(f"--rerun: removed {dropped} stored record(s) of {', '.join(sorted(rerun))} "
+              f"from {out / harness.RECORDS_FILE}", flush=True)
 
     # one folder per size: a folder holds exactly the graphs of this run (the harness reads
     # every graph file in it)
@@ -474,14 +518,6 @@ def main(argv=None) -> int:
                              for folder in large_sets.values() for path in folder.glob("*.npz"))
     large_recipe = large_recipes["large"]  # its op range titles the table
 
-    methods = [m for m in optimizers.available_methods() if m != "regal"]
-    if args.methods:
-        wanted = {m.strip() for m in args.methods.split(",") if m.strip()} | {"brkga"}
-        unknown = wanted - set(methods)
-        if unknown:
-            raise SystemExit(f"--methods: unknown method(s) {sorted(unknown)}; "
-                             f"available: {', '.join(methods)}")
-        methods = [m for m in methods if m in wanted]
     common = dict(seeds=cfg["seeds"], budgets=5000, workers=args.workers, progress=True)
     # the polish settings are written out so that records of earlier schedules (BRKGA only,
     # one climb, two climbs unraced) differ
@@ -501,8 +537,6 @@ def main(argv=None) -> int:
                            devices=list(cfg["devices"]),
                            method_options=method_options, **common)
     # Table 3: ablations on the synthetic test split
-    ablation = args.ablation if args.ablation != "auto" else \
-        ("inference" if args.quick else "train")
     if ablation == "skip":
         variants, ablation_note = {}, "Skipped (--ablation skip)."
     elif ablation == "inference":
@@ -573,6 +607,7 @@ def main(argv=None) -> int:
            if r["label"]]
     running = [r for r in metric_rows(summary, {"synth_test"}, cfg["devices"], table1_label,
                                       objective="makespan") if r["label"]]
+    refuse_empty(t1, f"{out / harness.RECORDS_FILE}: no record of this run's settings")
 
     # baselines named by what the records hold (a resumed run may pass fewer --methods)
     baselines_run = sorted({r["method"] for r in records

@@ -119,3 +119,16 @@ def test_step_time_runs_get_the_transfer_tables_limit(tmp_path):
     assert script.main(argv) == 0                     # peak memory: runs of its own
     assert len(records.read_text().splitlines()) == 6
     assert "| graphs | 2 | makespan | regal |" in (tmp_path / "t.md").read_text()
+
+
+def test_a_run_under_another_memory_limit_is_not_reused():
+    """The key holds the memory limit: a step-time run made under an older best-known peak's
+    limit is made again (the store moved since), not passed off as today's."""
+    script = experiment("equal_time")
+    run = dict(_row("a", "brkga", 0, 100.0), objective="makespan", memory_limit=1112,
+               revisions=["r", "r"])
+    assert script.key(run) != script.key(dict(run, memory_limit=1110))
+    assert script.key(run) == script.key(dict(run, value=1.0, wall_s=9.0))
+    # rows from before step-time runs: peak memory, no limit
+    old = {k: v for k, v in _row("a", "brkga", 0, 100.0).items()}
+    assert script.key(old) == script.key(dict(old, objective="peak_memory", memory_limit=None))

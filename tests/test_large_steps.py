@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import experiment
+from helpers import experiment, script_refused
 
 
 def _row(graph, method, seed, value, family="random", devices=2):
@@ -143,9 +143,20 @@ def test_the_step_time_under_limits_set_from_the_best_known_peaks(tmp_path, monk
 def test_bad_input_is_refused(tmp_path, capsys):
     script = experiment("large_steps")
     base = ["--records", str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "t.md")]
-    assert script.main(["--seeds", "0"] + base) == 2
-    assert "--seeds" in capsys.readouterr().err
+    script_refused(script.main, ["--seeds", "0"] + base, capsys, "--seeds")
     assert script.main(["--devices", "0"] + base) == 2
-    assert script.main(["--long-budget", "-1"] + base) == 2
-    assert "--long-budget" in capsys.readouterr().err
+    assert "--devices" in capsys.readouterr().err
+    script_refused(script.main, ["--long-budget", "-1"] + base, capsys, "--long-budget")
     assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_a_run_under_another_limit_is_not_reused():
+    """The key holds the limit: a step-time run under a limit set from other best-known
+    peaks is made again; peak-memory rows from before runs under limits (no "limit") keep
+    their key."""
+    script = experiment("large_steps")
+    row = dict(graph="g", devices=2, seed=0, method="regal", budget=200, revision="r",
+               objective="makespan", limit=1000)
+    assert script.key(row) != script.key(dict(row, limit=999))
+    old = {k: v for k, v in row.items() if k not in ("objective", "limit")}
+    assert script.key(old) == script.key(dict(old, objective="peak_memory", limit=None))

@@ -68,10 +68,13 @@ def test_bad_input_is_refused(tmp_path, capsys):
                          (["--method", "nope"], "--method"),
                          (["--select-seeds", "4", "--seeds", "3"], "--select-seeds"),
                          (["--seed-offset", "2"], "--seed-offset"),
-                         (["--graphs", str(tmp_path / "empty")], "--graphs"),
                          ([], "no seeded-brkga runs")):
         script_refused(script.main, ["--records", str(records), "--graphs", str(graphs),
                                      "--out", str(tmp_path / "o.md")] + argv, capsys, needle)
+    # a folder that is not there: one error line, exit code 2
+    assert script.main(["--records", str(records), "--graphs", str(tmp_path / "empty"),
+                        "--out", str(tmp_path / "o.md")]) == 2
+    assert "--graphs" in capsys.readouterr().err
 
 
 def test_runs_under_the_records_memory_limits_for_makespan(tmp_path):
