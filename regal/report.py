@@ -514,11 +514,21 @@ def pool_memory_limits(records: Iterable[dict], best_known: dict) -> tuple[list[
     that each have their own limit (e.g. 1.2 x their own best-known peak: one absolute limit
     is loose for some graphs of a split and infeasible for others) make one row per method
     instead of a setting per graph. Runs of a graph under two limits then share a row: pool
-    only records made with one limit per (graph, devices, objective)."""
+    only records made with one limit per (graph, devices, objective). A store entry is kept
+    only when some record ran under its limit."""
+    from regal.bestknown import entry_key
+
+    records = list(records)
     pooled = [dict(r, memory_limit=None) if r.get("memory_limit") is not None else r
               for r in records]
+    # a store value counts only for the limits the records ran under: a lower value found
+    # under a looser limit is no best-known for runs under a tighter one
+    ran = {entry_key(r["fingerprint"], r["devices"], r.get("memory_limit"), r["objective"])
+           for r in records}
     keys: dict = {}
-    for (fingerprint, devices, _limit, objective), value in best_known.items():
+    for (fingerprint, devices, limit, objective), value in best_known.items():
+        if (fingerprint, devices, limit, objective) not in ran:
+            continue
         key = (fingerprint, devices, None, objective)
         keys[key] = min(keys.get(key, math.inf), value)
     return pooled, keys

@@ -30,7 +30,9 @@ def test_per_graph_limits_make_one_row_per_method():
                rec("g1", "brkga", 7.0, None, "peak_memory")]
     store = {entry_key("fp-g1", 2, [1000, 1000], "makespan"): 80.0,
              entry_key("fp-g2", 2, [3000, 3000], "makespan"): 200.0,
-             entry_key("fp-g1", 2, None, "peak_memory"): 5.0}
+             entry_key("fp-g1", 2, None, "peak_memory"): 5.0,
+             # under a looser limit than the runs': a shorter step, no yardstick for them
+             entry_key("fp-g1", 2, [2000, 2000], "makespan"): 50.0}
     flat, best = report.pool_memory_limits(records, store)
     assert [r["memory_limit"] for r in flat] == [None] * 5
     assert best == {("fp-g1", 2, None, "makespan"): 80.0, ("fp-g2", 2, None, "makespan"): 200.0,
