@@ -361,16 +361,22 @@ def cmd_compare(args) -> int:
     check_output("--out", args.out, folder=True)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     method_options = None
-    if args.policy is not None:
-        from regal import optimizers
-        from regal.regal_method import portable_policy_dir
+    from regal import optimizers
+    from regal.regal_method import (policy_content_hash, portable_policy_dir,
+                                    resolve_policy_dir)
 
-        takers = [m for m in methods if _takes(optimizers.get_method(m), "policy_dir")]
-        if not takers:
-            raise ValueError(f"--policy: none of the methods {','.join(methods)} uses a policy "
-                             "(regal and regal-paper do)")
-        policy_dir = portable_policy_dir(checked_policy_dir(args.policy))  # records name it
-        method_options = {m: {"policy_dir": policy_dir} for m in takers}
+    takers = [m for m in methods if _takes(optimizers.get_method(m), "policy_dir")]
+    if args.policy is not None and not takers:
+        raise ValueError(f"--policy: none of the methods {','.join(methods)} uses a policy "
+                         "(regal and regal-paper do)")
+    if takers:
+        # the runs' options, and so their records' keys, name the policy by its folder and
+        # its content: a policy replaced in place, or another $REGAL_POLICY_DIR, runs again
+        folder = checked_policy_dir(args.policy if args.policy is not None
+                                    else str(resolve_policy_dir(None)))
+        policy = {"policy_dir": portable_policy_dir(folder),
+                  "policy_hash": policy_content_hash(folder)}
+        method_options = {m: dict(policy) for m in takers}
     if args.time_limit is not None:  # every run's options: recorded, and part of its key
         method_options = method_options or {}
         for m in methods:

@@ -5,6 +5,7 @@ runs in this process through `regal.cli.main` on a 40-op sample graph."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,8 @@ import pytest
 
 from regal.cli import main
 from regal.io import load_graph
-from regal.optimizers import Problem, read_solution
+from regal.optimizers import Problem, read_solution, solve
+from regal.regal_method import policy_content_hash
 from regal.sim import DeviceSpec
 from helpers import refused
 
@@ -214,7 +216,44 @@ def test_policy_runs_regal_and_compare_records_it(tmp_path):
                  "--out", str(tmp_path / "res")]) == 0
     lines = (tmp_path / "res" / "records.jsonl").read_text().splitlines()
     options = {r["method"]: json.loads(r["options"]) for r in map(json.loads, lines)}
-    assert options == {"regal": {"policy_dir": "data/policy"}, "random": {}}
+    assert options == {"regal": {"policy_dir": "data/policy",
+                                 "policy_hash": policy_content_hash(policy)}, "random": {}}
+
+
+def test_compare_runs_again_when_the_policy_is_replaced_in_place(tmp_path, monkeypatch):
+    """A record names its policy by folder and content: a policy retrained into the same
+    folder, or another $REGAL_POLICY_DIR, is run again, not answered from the old records;
+    the same policy is not (in one process: the loaded policy is read again when its files
+    change)."""
+    policy = tmp_path / "policy"
+    shutil.copytree(REPO / "data" / "policy", policy)
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "g.npz").write_bytes(Path(GRAPH).read_bytes())
+    argv = ["compare", "--methods", "regal-paper", "--graphs", str(graphs), "--seeds", "1",
+            "--devices", "2", "--budget", "200", "--workers", "1", "--quiet", "--out",
+            str(tmp_path / "res")]
+    records = tmp_path / "res" / "records.jsonl"
+
+    def values():
+        return [json.loads(line)["value"] for line in records.read_text().splitlines()]
+
+    monkeypatch.setenv("REGAL_POLICY_DIR", str(policy))
+    assert main(argv) == 0 and len(values()) == 1
+    assert main(argv) == 0 and len(values()) == 1          # the same policy: kept
+    rng = np.random.default_rng(0)
+    with np.load(policy / "weights.npz") as stored:        # retrained in place
+        weights = {k: stored[k] + rng.normal(0, 0.5, stored[k].shape).astype(stored[k].dtype)
+                   if stored[k].dtype.kind == "f" else stored[k] for k in stored.files}
+    np.savez(policy / "weights.npz", **weights)
+    assert main(argv) == 0 and len(values()) == 2
+    problem = Problem(load_graph(GRAPH), DeviceSpec(2))
+    retrained = solve("regal-paper", problem, 200, 0, policy_dir=str(policy)).value
+    assert values()[1] == retrained != values()[0]
+    other = tmp_path / "other"                               # another folder, same content
+    shutil.copytree(policy, other)
+    monkeypatch.setenv("REGAL_POLICY_DIR", str(other))
+    assert main(argv) == 0 and len(values()) == 3
 
 
 def test_bad_knobs_exit_2_naming_the_flag(tmp_path, capsys):
@@ -265,3 +304,21 @@ def test_default_method_is_local_search(tmp_path, capsys):
     assert record["method"] == "local-search"
     expected = solve("local-search", Problem(load_graph(GRAPH), DeviceSpec(2)), 200, 4)
     assert record["result"]["value"] == expected.value
+
+
+def test_a_loaded_policy_is_read_again_when_its_files_change(tmp_path):
+    """load_policy's per-process copy is keyed by the files' path, time and size: a policy
+    written over in place is not answered from memory (nor is the same one loaded twice)."""
+    from regal.regal_method import load_policy
+
+    policy = tmp_path / "policy"
+    shutil.copytree(REPO / "data" / "policy", policy)
+    first = load_policy(policy)
+    assert load_policy(policy) is first
+    with np.load(policy / "weights.npz") as stored:
+        weights = {k: stored[k] + 1 if stored[k].dtype.kind == "f" else stored[k]
+                   for k in stored.files}
+    np.savez(policy / "weights.npz", **weights)
+    second = load_policy(policy)
+    assert second is not first
+    assert load_policy(policy) is second
