@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -172,26 +173,42 @@ def run_pymoo(graph, devices, objective, population, budget, seed):
     return timings(clock, ev, float(res.F[0]))
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    from regal.arguments import (check_device_counts, check_output, device_count,
+                                 non_negative_int, positive_int)
+    from regal.user_errors import UserError
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graph", help="graph file (default: a synthetic random DAG)")
-    parser.add_argument("--ops", type=int, default=500)
-    parser.add_argument("--devices", type=int, default=4)
-    parser.add_argument("--objective", default="peak_memory")
-    parser.add_argument("--population", type=int, default=100)
-    parser.add_argument("--budget", type=int, default=5000)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ops", type=positive_int, default=500)
+    parser.add_argument("--devices", type=device_count, default=4)
+    parser.add_argument("--objective", default="peak_memory",
+                        choices=("peak_memory", "makespan"))
+    parser.add_argument("--population", type=positive_int, default=100)
+    parser.add_argument("--budget", type=positive_int, default=5000)
+    parser.add_argument("--repeats", type=positive_int, default=2)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--json", help="also write the raw timings here")
     args = parser.parse_args(argv)
+    check_device_counts(args)
+    check_output("--json", args.json, inputs=(args.graph,))
 
     if args.graph:
         from regal.io import load_graph
+
+        if not os.path.isfile(args.graph):
+            raise UserError(f"--graph {args.graph}: "
+                            + ("not a file" if os.path.exists(args.graph) else "no such file"))
         graph = load_graph(args.graph)
     else:
         from regal.synth import generate
         graph = generate("random", args.ops, args.seed)
     devices = DeviceSpec(args.devices)
+    try:  # the population's size is checked before any timing
+        BRKGA(num_genes(graph.num_nodes, devices.count), population_size=args.population,
+              elite_fraction=0.2, mutant_fraction=0.2)
+    except ValueError as exc:
+        raise UserError(f"--population {args.population}: {exc}") from None
     # compile (or load) the simulator and the backend once, outside every timing
     evaluate(graph, devices, np.random.default_rng(0).random((2, num_genes(graph.num_nodes,
                                                                             devices.count))))
@@ -233,9 +250,13 @@ def main(argv=None) -> None:
     print(f"\n{os.cpu_count()} CPUs, load average {load:.1f} at the end, "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1)
+        from regal.files import write_text
+
+        write_text(args.json, json.dumps(summary, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from regal.user_errors import report_user_errors
+
+    sys.exit(report_user_errors("bench_brkga.py", main))

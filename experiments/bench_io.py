@@ -10,6 +10,7 @@ control edges, some aliases) so that the benchmark does not depend on regal.synt
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -64,11 +65,13 @@ def _best(fn, repeat: int) -> tuple[float, object]:
     return best, out
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", type=int, default=50_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
+def main(argv=None) -> int:
+    from regal.arguments import non_negative_int, positive_int
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", type=positive_int, default=50_000)
+    parser.add_argument("--repeat", type=positive_int, default=3)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     args = parser.parse_args(argv)
 
     build_s, graph = _best(lambda: random_dag(args.ops, args.seed), 1)
@@ -92,7 +95,10 @@ def main(argv=None) -> None:
     print(f"\n{'format':<24}{'size MiB':>10}{'save s':>9}{'load s':>9}  round trip")
     for label, mib, save_s, load_s, same in rows:
         print(f"{label:<24}{mib:>10.2f}{save_s:>9.3f}{load_s:>9.3f}  {'ok' if same else 'DIFFERS'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from regal.user_errors import report_user_errors
+
+    sys.exit(report_user_errors("bench_io.py", main))

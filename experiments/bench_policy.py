@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
@@ -17,9 +18,6 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # a CPU figure, even on a GPU
 import numpy as np  # noqa: E402
 
 from regal.graph_builder import GraphBuilder  # noqa: E402
-from regal.policy import Policy  # noqa: E402
-from regal.policy.inference import NumpyPolicy  # noqa: E402
-from regal.policy.features import graph_features  # noqa: E402
 
 
 def benchmark_graph(num_ops: int, seed: int = 0):
@@ -48,14 +46,22 @@ def timed(fn, repeats: int) -> tuple[float, list[float]]:
     return float(np.median(times)), times
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--devices", type=int, default=4)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=64)
-    args = ap.parse_args()
+def main(argv=None) -> int:
+    from regal.arguments import check_device_counts, device_count, positive_int
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=positive_int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--repeats", type=positive_int, default=5)
+    ap.add_argument("--devices", type=device_count, default=4)
+    ap.add_argument("--layers", type=positive_int, default=4)
+    ap.add_argument("--hidden", type=positive_int, default=64)
+    args = ap.parse_args(argv)
+    check_device_counts(args)
+
+    # TensorFlow only now, after the flags are checked
+    from regal.policy import Policy
+    from regal.policy.features import graph_features
+    from regal.policy.inference import NumpyPolicy
 
     policy = Policy(num_layers=args.layers, hidden=args.hidden, seed=0)
     # the TensorFlow-free forward pass `regal optimize --method regal` uses, same weights
@@ -80,7 +86,10 @@ def main() -> None:
               f"act incl. features {t_act:.3f}s  | numpy forward {t_np:.4f}s "
               f"(max |logit diff| {gap:.1e})")
     print(f"traces of the forward function: {policy._forward.experimental_get_tracing_count()}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from regal.user_errors import report_user_errors
+
+    sys.exit(report_user_errors("bench_policy.py", main))

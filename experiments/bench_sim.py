@@ -181,22 +181,23 @@ def main(argv=None) -> int:
     import numba
     from regal.sim import DeviceSpec
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from regal.arguments import (check_device_counts, device_count, non_negative_int,
+                                 positive_float, positive_int)
+    from regal.user_errors import UserError
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="n=500 only, no 100k-op run")
-    parser.add_argument("--seconds", type=float, default=1.0, help="min time per cell")
-    parser.add_argument("--sizes", type=int, nargs="*", default=[500, 2000, 10000])
-    parser.add_argument("--devices", type=int, nargs="*", default=[2, 4, 8])
-    parser.add_argument("--target-runs", type=int, default=10,
+    parser.add_argument("--seconds", type=positive_float, default=1.0, help="min time per cell")
+    parser.add_argument("--sizes", type=positive_int, nargs="*", default=[500, 2000, 10000])
+    parser.add_argument("--devices", type=device_count, nargs="*", default=[2, 4, 8])
+    parser.add_argument("--target-runs", type=non_negative_int, default=10,
                         help="extra one-thread timings of the n=500, d=2 cell (0: none)")
     parser.add_argument("--graphs", nargs="+", metavar="FILE",
                         help="time only these graph files (one thread, each --devices count)")
     args = parser.parse_args(argv)
-    if not args.devices or min(args.devices) < 1:
-        parser.error("--devices: expected device counts >= 1")
-    if args.sizes and min(args.sizes) < 1:
-        parser.error("--sizes: expected op counts >= 1")
-    if not args.seconds > 0:
-        parser.error("--seconds: expected a positive number")
+    if not args.devices:
+        parser.error("--devices: expected at least one device count")
+    check_device_counts(args)
     if args.graphs:
         from regal.io import load_graph
         named_graphs = []
@@ -204,9 +205,9 @@ def main(argv=None) -> int:
             try:
                 named_graphs.append((os.path.basename(path), load_graph(path)))
             except (OSError, ValueError) as exc:  # GraphError is a ValueError
-                where = "" if str(path) in str(exc) else f"{path}: "  # name the file once
-                print(f"bench_sim: {where}{exc}", file=sys.stderr)
-                return 2
+                said = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                where = "" if str(path) in said else f"{path}: "  # name the file once
+                raise UserError(f"--graphs {where}{said}") from None
         graph_rows(named_graphs, args.devices, args.seconds)
         return 0
     sizes = [500] if args.quick else args.sizes
@@ -251,4 +252,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from regal.user_errors import report_user_errors
+
+    sys.exit(report_user_errors("bench_sim.py", main))

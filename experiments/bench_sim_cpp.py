@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 from bench_sim import population_for, random_dag
+from regal.user_errors import UserError, report_user_errors
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp", "sim_port.cpp")
 BUILDS = {"C++ -O3 -march=native": ["-O3", "-march=native"], "C++ -O3": ["-O3"]}
@@ -43,16 +44,14 @@ STATIC_DTYPES = [np.float64, np.int64, np.int32, np.int32, np.int32, np.int32, n
                  np.int32, np.bool_, np.int32]
 
 
-class UserError(Exception):
-    """A problem the user can fix (no compiler, a cell that cannot be run): one line, exit 2."""
-
-
 def build(compiler: str, flags: list[str], out_dir: str, name: str) -> str:
     path = os.path.join(out_dir, f"libsim_{name}.so")
     cmd = [compiler, *flags, "-shared", "-fPIC", SOURCE, "-o", path]
     done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise UserError(f"{' '.join(cmd)} failed:\n{done.stderr.strip()}")
+    if done.returncode != 0:  # one line: the compiler's first error (or its last line)
+        said = [line for line in done.stderr.splitlines() if line.strip()]
+        first = next((line for line in said if "error" in line), said[-1] if said else "")
+        raise UserError(f"{' '.join(cmd)} failed: {first.strip()}")
     return path
 
 
@@ -173,50 +172,47 @@ def parse_cell(text: str) -> tuple[int, int]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The benchmark; a user's error (no compiler, a bad cell) raises UserError, which
+    `report_user_errors` prints as one line (exit 2)."""
+    from regal.arguments import positive_float, positive_int
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", nargs="*", default=["500x2", "500x4", "500x8", "2000x2"])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--seconds", type=float, default=0.5, help="min CPU time per timing")
+    parser.add_argument("--rounds", type=positive_int, default=7)
+    parser.add_argument("--seconds", type=positive_float, default=0.5,
+                        help="min CPU time per timing")
     args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error("--rounds: expected at least 1")
-    if not args.seconds > 0:
-        parser.error("--seconds: expected a positive number")
-    try:
-        cells = [parse_cell(cell) for cell in args.cells]
-        compiler = os.environ.get("CXX", "g++")
-        if shutil.which(compiler) is None:
-            raise UserError(f"needs a C++ compiler: {compiler!r} not found (set CXX)")
-        import numba
-        numba.set_num_threads(1)
-        with tempfile.TemporaryDirectory(prefix="regal-cpp-") as out_dir:
-            simulators = {"numba": numba_evaluator}
-            for index, (name, flags) in enumerate(BUILDS.items()):
-                simulators[name] = CppSimulator(build(compiler, flags, out_dir, str(index))).evaluator
-            version = subprocess.run([compiler, "--version"], capture_output=True,
-                                     text=True).stdout.splitlines()[0]
-            print(f"{version}; numba {numba.__version__}; one thread; "
-                  f"load average at start {os.getloadavg()[0]:.1f}")
-            graphs, rows = check_agreement(simulators)
-            print(f"agreement: every build matches regal.sim.kernel bit for bit on {rows:,} "
-                  f"individuals ({graphs} graphs, half the rows with tied keys)\n")
-            builds = list(BUILDS)
-            print(f"evaluations per CPU second, median of {args.rounds} alternating rounds "
-                  f"of >= {args.seconds:g} s; ratio: median per-round numba / C++")
-            header = f"{'ops':>6} {'d':>2} {'numba':>8}" + "".join(
-                f" {name:>22} {'ratio':>6}" for name in builds)
-            print(header)
-            for n, d in cells:
-                out = time_cell(simulators, n, d, args.rounds, args.seconds)
-                print(f"{n:>6} {d:>2} {out['numba']:>8,.0f}" + "".join(
-                    f" {out[name]:>22,.0f} {out[f'ratio {name}']:>6.2f}" for name in builds),
-                    flush=True)
-        print(f"load average at end: {os.getloadavg()[0]:.1f}")
-    except UserError as error:
-        print(f"bench_sim_cpp: {error}", file=sys.stderr)
-        return 2
+    cells = [parse_cell(cell) for cell in args.cells]
+    compiler = os.environ.get("CXX", "g++")
+    if shutil.which(compiler) is None:
+        raise UserError(f"needs a C++ compiler: {compiler!r} not found (set CXX)")
+    import numba
+    numba.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="regal-cpp-") as out_dir:
+        simulators = {"numba": numba_evaluator}
+        for index, (name, flags) in enumerate(BUILDS.items()):
+            simulators[name] = CppSimulator(build(compiler, flags, out_dir, str(index))).evaluator
+        version = subprocess.run([compiler, "--version"], capture_output=True,
+                                 text=True).stdout.splitlines()[0]
+        print(f"{version}; numba {numba.__version__}; one thread; "
+              f"load average at start {os.getloadavg()[0]:.1f}")
+        graphs, rows = check_agreement(simulators)
+        print(f"agreement: every build matches regal.sim.kernel bit for bit on {rows:,} "
+              f"individuals ({graphs} graphs, half the rows with tied keys)\n")
+        builds = list(BUILDS)
+        print(f"evaluations per CPU second, median of {args.rounds} alternating rounds "
+              f"of >= {args.seconds:g} s; ratio: median per-round numba / C++")
+        header = f"{'ops':>6} {'d':>2} {'numba':>8}" + "".join(
+            f" {name:>22} {'ratio':>6}" for name in builds)
+        print(header)
+        for n, d in cells:
+            out = time_cell(simulators, n, d, args.rounds, args.seconds)
+            print(f"{n:>6} {d:>2} {out['numba']:>8,.0f}" + "".join(
+                f" {out[name]:>22,.0f} {out[f'ratio {name}']:>6.2f}" for name in builds),
+                flush=True)
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_user_errors("bench_sim_cpp.py", main))

@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO))
 from regal.bounds_time import PROVEN_TOLERANCE  # noqa: E402
 from regal.files import write_text  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
+from regal.user_errors import UserError, refuse_empty  # noqa: E402
 
 OUT = REPO / "experiments/results/certified_step_time.md"
 METHODS = ("regal", "seeded-brkga", "local-search")
@@ -36,7 +37,7 @@ def _row(label: str, devices: int, gaps: list[float]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", type=Path, required=True, help="a best-known store")
     parser.add_argument("--records", type=Path, help="a transfer run's records.jsonl")
     parser.add_argument("--graphs", type=Path, nargs="+", required=True,
@@ -46,6 +47,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     command = " ".join(["python experiments/certified_step_time.py",
                         *(sys.argv[1:] if argv is None else argv)])
+    from regal.arguments import check_output
     from regal.bestknown_store import load_store
     from regal.bounds_time import step_time_bound
     from regal.harness import read_records
@@ -53,10 +55,19 @@ def main(argv=None) -> int:
     from regal.io import load_graph
     from regal.sim import DeviceSpec
 
-    for path in [args.store, args.records] if args.records else [args.store]:
-        if not path.is_file():
-            print(f"error: {path}: no such file", file=sys.stderr)
-            return 2
+    for flag, path in (("--store", args.store), ("--records", args.records)):
+        if path is not None and not path.is_file():
+            raise UserError(f"{flag} {path}: no such file")
+    for folder in args.graphs:
+        if not folder.is_dir():
+            raise UserError(f"--graphs {folder}: no such folder")
+    check_output("--out", args.out, inputs=(args.store, args.records))
+    from regal import optimizers
+
+    unknown = [m for m in args.methods if m not in optimizers.METHODS]
+    if unknown:
+        raise UserError(f"--methods: unknown method {unknown[0]!r}; one of "
+                        f"{', '.join(optimizers.METHODS)}")
     graphs, bounds = {}, {}
 
     def bound_of(name: str, fingerprint: str, devices: int) -> float | None:
@@ -112,10 +123,13 @@ def main(argv=None) -> int:
             "optimum. Best-known: each store key whose best entry fits. Methods: their runs "
             "within the limits at the current revisions, a mean over seeds per graph.\n\n"
             + "\n".join(markdown_table(header, rows, "lrrrrrrr")) + "\n")
+    refuse_empty(rows, "--store/--records with --graphs (no graph of theirs found there)")
     print(text)
     write_text(args.out, text)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from regal.user_errors import report_user_errors
+
+    sys.exit(report_user_errors("certified_step_time.py", main))

@@ -454,32 +454,52 @@ def event_search_bound(graph, devices, lower: int, upper: int,
     return SearchBound(lo, True, states, time.perf_counter() - t0)
 
 
+SYNTH_TEST_GRAPHS = 20  # test_00000 .. test_00019: the first graphs of the synthetic test split
+
+
 def _graph(name: str):
+    """The graph NAME: test_NNNNN (one of the first 20 of the synthetic test split) or the
+    stem of a file of data/synth/samples; a UserError naming NAME for any other."""
     from regal.io import load_graph
     from regal.synth import graph_at, recipe_named
+    from regal.user_errors import UserError
 
     if name.startswith("test_"):
-        return graph_at(recipe_named("test", 20), int(name[5:]))
-    return load_graph(ROOT / "data/synth/samples" / f"{name}.npz")
+        index = name[5:]
+        if not (index.isdigit() and int(index) < SYNTH_TEST_GRAPHS):
+            raise UserError(f"--graphs {name!r}: expected test_00000..test_"
+                            f"{SYNTH_TEST_GRAPHS - 1:05d} (the synthetic test split's first "
+                            f"{SYNTH_TEST_GRAPHS})")
+        return graph_at(recipe_named("test", SYNTH_TEST_GRAPHS), int(index))
+    path = ROOT / "data/synth/samples" / f"{name}.npz"
+    if not path.is_file():
+        known = sorted(p.stem for p in path.parent.glob("*.npz"))
+        raise UserError(f"--graphs {name!r}: no such graph; test_NNNNN or one of "
+                        f"{', '.join(known)}")
+    return load_graph(path)
 
 
-def main() -> int:
+def main(argv=None) -> int:
     import argparse
 
+    from regal.arguments import check_device_counts, device_count, non_negative_float, \
+        positive_float
     from regal.bounds import lower_bound
     from regal.sim import DeviceSpec
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", nargs="+", default=["inception_infer_40", "test_00018"])
-    parser.add_argument("--devices", nargs="+", type=int, default=[2, 4])
-    parser.add_argument("--above-pct", nargs="+", type=float, default=[0.0, 0.05, 0.2])
-    parser.add_argument("--time-limit", type=float, default=60.0)
-    args = parser.parse_args()
+    parser.add_argument("--devices", nargs="+", type=device_count, default=[2, 4])
+    parser.add_argument("--above-pct", nargs="+", type=non_negative_float,
+                        default=[0.0, 0.05, 0.2])
+    parser.add_argument("--time-limit", type=positive_float, default=60.0)
+    args = parser.parse_args(argv)
+    check_device_counts(args)
+    graphs = [(name, _graph(name)) for name in args.graphs]  # every name checked first
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 100_000))
     print("| graph | ops | devices | floor | target | refuted | states | seconds |")
     print("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
-    for name in args.graphs:
-        graph = _graph(name)
+    for name, graph in graphs:
         for d in args.devices:
             devices = DeviceSpec(d)
             floor = lower_bound(graph, devices).value
@@ -499,4 +519,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from regal.user_errors import report_user_errors
+
+    raise SystemExit(report_user_errors("event_search.py", main))

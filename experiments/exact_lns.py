@@ -28,28 +28,49 @@ import sys
 import time
 from pathlib import Path
 
+from tqdm import tqdm
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
 from regal.bestknown_store import Entry, Store, entry_key, load_store  # noqa: E402
 from regal.bounds import gap_to_bound  # noqa: E402
+from regal.files import JsonLinesWriter, write_text  # noqa: E402
 from regal.optimizers import Problem, solve  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
+from regal.user_errors import UserError, refuse_empty  # noqa: E402
 
 STORES = REPO / "data" / "bestknown"
 SETS = ("large_net_train", "real", "synth_test")
 DEVICES = (2, 4)
 SYNTH_GRAPHS = 20
+# each set's default --seconds-*: a result row without "time_limit" (every committed one)
+# was made with these, and with seed 0
+DEFAULT_SECONDS = {"large_net_train": 60.0, "real": 15.0, "synth_test": 10.0}
+
+
+def _large_recipe():
+    import transfer
+
+    return transfer.large_split_recipes(2, transfer.FULL["large_ops"])["large_net_train"]
+
+
+def _count(name: str) -> int:
+    """How many graphs `_graphs(name)` yields (without building them)."""
+    if name == "large_net_train":
+        return _large_recipe().count
+    if name == "real":
+        return len(list((REPO / "data" / "real").glob("*.npz")))
+    return SYNTH_GRAPHS
 
 
 def _graphs(name: str):
     """(graph name, graph, store file) of a set, one at a time."""
     if name == "large_net_train":
-        import transfer
         from regal import synth
 
-        recipe = transfer.large_split_recipes(2, transfer.FULL["large_ops"])[name]
+        recipe = _large_recipe()
         for i in range(recipe.count):
             yield f"{name}_{i:05d}", synth.graph_at(recipe, i), STORES / "large.jsonl"
     elif name == "real":
@@ -67,29 +88,50 @@ def _graphs(name: str):
         raise ValueError(f"unknown set {name!r}")
 
 
+def _row_key(row: dict) -> tuple:
+    """A result's settings: (set, graph, devices, seconds, seed); a row without the last two
+    (every committed one) was made with its set's default seconds and seed 0."""
+    return (row["set"], row["graph"], row["devices"],
+            float(row.get("time_limit", DEFAULT_SECONDS.get(row["set"], 0.0))),
+            row.get("seed", 0))
+
+
 def _done(results: Path) -> dict:
+    """The rows of `results` by `_row_key` (a torn or foreign line skipped)."""
     done = {}
     if results.exists():
         for line in results.read_text().splitlines():
             try:
                 row = json.loads(line)
-                done[(row["set"], row["graph"], row["devices"])] = row
-            except (ValueError, KeyError):
+                done[_row_key(row)] = row
+            except (ValueError, KeyError, TypeError):
                 continue
     return done
 
 
 def run(sets, seconds: dict, results: Path, write: bool, seed: int) -> None:
+    # the writer first: it cuts a torn last line, so the next row starts a line of its own
+    writer = JsonLinesWriter(results, busy=f"{results}: another exact_lns.py run writes it")
+    try:
+        _run(sets, seconds, results, write, seed, writer)
+    finally:
+        writer.close()
+
+
+def _run(sets, seconds: dict, results: Path, write: bool, seed: int, writer) -> None:
     done = _done(results)
+    bar = tqdm(total=sum(_count(name) for name in sets) * len(DEVICES), desc="keys",
+               unit="key", disable=None)
     for set_name in sets:
         for graph_name, graph, store_path in _graphs(set_name):
             for d in DEVICES:
-                if (set_name, graph_name, d) in done:
+                bar.update(1)
+                if (set_name, graph_name, d, float(seconds[set_name]), seed) in done:
                     continue
                 key = entry_key(graph.fingerprint(), d, None, "peak_memory")
                 entry = load_store(store_path)[0].get(key)
                 if entry is None:
-                    print(f"{set_name} {graph_name} d={d}: no store entry, skipped", flush=True)
+                    tqdm.write(f"{set_name} {graph_name} d={d}: no store entry, skipped")
                     continue
                 problem = Problem(graph, DeviceSpec(d), "peak_memory")
                 start = entry.solution(problem)
@@ -113,9 +155,10 @@ def run(sets, seconds: dict, results: Path, write: bool, seed: int) -> None:
                             store.add_effort(key, cpu)
                         finally:
                             store.close()
-                    except Exception as exc:  # another writer holds the store: say so
+                    except (OSError, ValueError) as exc:  # another writer holds the store
                         store_error = str(exc)
                 row = {"set": set_name, "graph": graph_name, "devices": d,
+                       "time_limit": float(seconds[set_name]), "seed": seed,
                        "ops": graph.num_nodes, "before": entry.value, "after": found.value,
                        "start_rescored": start.value, "bound": entry.bound,
                        "improved": improved, "stored": stored,
@@ -126,15 +169,23 @@ def run(sets, seconds: dict, results: Path, write: bool, seed: int) -> None:
                        "windows_proven": found.extra.get("proven"),
                        "window_size": found.extra.get("window_size"),
                        "rules": found.extra.get("rules"), "evaluations": found.evaluations}
-                with results.open("a") as out:
-                    out.write(json.dumps(row) + "\n")
-                print(f"{set_name} {graph_name} d={d}: {entry.value:.6g} -> {found.value:.6g}"
-                      f" ({100 * (entry.value - found.value) / entry.value:.4f}%), "
-                      f"{found.extra.get('windows')} windows, {cpu:.0f} CPU-s", flush=True)
+                writer.write(row)
+                tqdm.write(f"{set_name} {graph_name} d={d}: {entry.value:.6g} -> "
+                           f"{found.value:.6g} "
+                           f"({100 * (entry.value - found.value) / entry.value:.4f}%), "
+                           f"{found.extra.get('windows')} windows, {cpu:.0f} CPU-s")
+    bar.close()
 
 
-def table(results: Path, seconds: dict, command: str) -> str:
-    rows = list(_done(results).values())
+def table_rows(results: Path, seconds: dict, seed: int) -> list[dict]:
+    """The rows of `results` made with these settings: the sets of `seconds`, each with its
+    seconds, and `seed`."""
+    return [row for key, row in _done(results).items()
+            if key[0] in seconds and key[3:] == (float(seconds[key[0]]), seed)]
+
+
+def table(results: Path, seconds: dict, command: str, seed: int = 0) -> str:
+    rows = table_rows(results, seconds, seed)
     lines = ["# The improving exact phase: `cpsat-lns` from the best-known stores",
              "",
              f"Command: `{command}`",
@@ -185,13 +236,17 @@ def table(results: Path, seconds: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv=None) -> int:
+    from regal.arguments import check_output, non_negative_int, positive_float
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
-    parser.add_argument("--seconds-large", type=float, default=60.0)
-    parser.add_argument("--seconds-real", type=float, default=15.0)
-    parser.add_argument("--seconds-synth", type=float, default=10.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seconds-large", type=positive_float,
+                        default=DEFAULT_SECONDS["large_net_train"])
+    parser.add_argument("--seconds-real", type=positive_float, default=DEFAULT_SECONDS["real"])
+    parser.add_argument("--seconds-synth", type=positive_float,
+                        default=DEFAULT_SECONDS["synth_test"])
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--no-write", action="store_true", help="leave the stores alone")
     parser.add_argument("--table-only", action="store_true",
                         help="write the table from --results, run nothing")
@@ -201,18 +256,29 @@ def main() -> None:
                         default=REPO / "experiments" / "results" / "exact_lns.jsonl")
     parser.add_argument("--table", type=Path,
                         default=REPO / "experiments" / "results" / "exact_lns.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     seconds = {"large_net_train": args.seconds_large, "real": args.seconds_real,
                "synth_test": args.seconds_synth}
-    args.results.parent.mkdir(parents=True, exist_ok=True)
+    if args.table_only:
+        if not args.results.is_file():
+            raise UserError(f"--results {args.results}: no such file")
+    else:
+        check_output("--results", args.results)
+    check_output("--table", args.table, inputs=(args.results,))
     if not args.table_only:
         run(args.sets, seconds, args.results, not args.no_write, args.seed)
     command = args.command or ("NUMBA_NUM_THREADS=1 .venv/bin/python experiments/exact_lns.py "
-                               + " ".join(sys.argv[1:])).strip()
-    text = table(args.results, {k: v for k, v in seconds.items() if k in args.sets}, command)
-    args.table.write_text(text)
+                               + " ".join(sys.argv[1:] if argv is None else argv)).strip()
+    chosen = {k: v for k, v in seconds.items() if k in args.sets}
+    refuse_empty(table_rows(args.results, chosen, args.seed),
+                 f"--results {args.results} (for these --sets, --seconds-* and --seed)")
+    text = table(args.results, chosen, command, args.seed)
+    write_text(args.table, text)
     print(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from regal.user_errors import report_user_errors
+
+    raise SystemExit(report_user_errors("exact_lns.py", main))

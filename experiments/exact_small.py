@@ -17,7 +17,8 @@ answer is proven optimal (value == bound: the simulator's re-score meets a valid
 bound), wall seconds, CP-SAT deterministic seconds and process CPU seconds. The machine's
 cores are shared with other work, so wall and CPU seconds are noisy; deterministic time is
 the load-independent measure. Records go to OUT.jsonl (one line per graph x devices x time
-limit x label; resumable: done records are skipped) and the table to OUT.md, followed by
+limit x label x formulation x seed x budget x hint; resumable: done records are skipped, and a
+rerun with other settings runs again) and the table to OUT.md, followed by
 the comparison with the records of `--before` (the cpsat of before this change, made with
 `--label before --out experiments/results/exact_small_before`) when they exist.
 
@@ -45,7 +46,13 @@ import json  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from regal.user_errors import UserError, refuse_empty  # noqa: E402
+
 _ROOT = Path(__file__).resolve().parent.parent
+
+
+SETS = ("synth-test", "samples", "tests")
+DEFAULT_BUDGET = 5000
 
 
 def graph_sets(names: list[str], max_ops: int):
@@ -74,14 +81,31 @@ def graph_sets(names: list[str], max_ops: int):
                 if graph.num_nodes <= max_ops:
                     yield Path(path).stem, graph
         else:
-            raise SystemExit(f"unknown graph set {name!r}: synth-test, samples or tests")
+            raise UserError(f"--sets: unknown graph set {name!r}; one of {', '.join(SETS)}")
+
+
+def _formulation_option(record: dict) -> str:
+    """The --formulation a record was made with. Records written before the key named it
+    (every committed one) were made with the default, auto, except those of
+    experiments/results/exact_small_timed.jsonl (label "timed"), made with --formulation
+    timed."""
+    if "formulation_option" in record:
+        return record["formulation_option"]
+    return "timed" if "timed" in (record.get("formulation"), record.get("label")) else "auto"
 
 
 def _key(record: dict) -> tuple:
-    return (record["graph"], record["devices"], record["time_limit"], record["label"])
+    """A run's settings: a rerun with other settings runs again instead of reusing it.
+    Records without the newer fields were made with the defaults then in force (budget
+    5000, the heuristics' hint; `_formulation_option`)."""
+    return (record["graph"], record["devices"], record["time_limit"], record["label"],
+            _formulation_option(record), record.get("seed", 0),
+            record.get("budget", DEFAULT_BUDGET), record.get("hint", "heuristics"))
 
 
 def read_records(path: Path) -> list[dict]:
+    """The records of `path` ([] when it does not exist); a torn last line from an
+    interrupted run is skipped (the writer, opened first, cuts it)."""
     if not path.exists():
         return []
     out = []
@@ -211,15 +235,22 @@ def comparison(before: list[dict], after: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-limit", type=float, default=60.0)
-    parser.add_argument("--devices", default="2,4")
-    parser.add_argument("--max-ops", type=int, default=100)
-    parser.add_argument("--sets", default="synth-test,samples,tests")
+def main(argv=None) -> int:
+    from tqdm import tqdm
+
+    from regal.arguments import (check_device_counts, check_output, int_list,
+                                 non_negative_int, positive_float, positive_int)
+    from regal.files import JsonLinesWriter, write_text
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--time-limit", type=positive_float, default=60.0)
+    parser.add_argument("--devices", type=int_list, default=[2, 4], metavar="D[,D...]")
+    parser.add_argument("--max-ops", type=positive_int, default=100)
+    parser.add_argument("--sets", default="synth-test,samples,tests",
+                        help=f"graph sets, a comma list of {', '.join(SETS)}")
     parser.add_argument("--graphs", default=None, help="only these graph names (comma list)")
-    parser.add_argument("--budget", type=int, default=5000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--budget", type=positive_int, default=DEFAULT_BUDGET)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--label", default="cpsat")
     parser.add_argument("--formulation", default="auto",
                         choices=("auto", "sequence", "cumulative", "timed"),
@@ -235,57 +266,83 @@ def main() -> int:
                              "may find what the store lacks), and still offer the answer back")
     parser.add_argument("--before", default=str(_ROOT / "experiments/results/exact_small_before"),
                         help="records to compare with (their .jsonl), when the file exists")
-    args = parser.parse_args()
-    if not args.time_limit > 0 or args.budget < 1:
-        parser.error("--time-limit and --budget must be positive")
+    args = parser.parse_args(argv)
     if args.no_store_hint and args.store is None:
         parser.error("--no-store-hint: only with --store")
+    if not args.devices:
+        parser.error("--devices: expected at least one device count")
+    check_device_counts(args)
+    sets = [name for name in args.sets.split(",") if name]
+    unknown = [name for name in sets if name not in SETS]
+    if unknown or not sets:
+        raise UserError(f"--sets: unknown graph set {(unknown or [args.sets])[0]!r}; one of "
+                        f"{', '.join(SETS)}")
+    out = Path(args.out)
+    jsonl, md = out.with_suffix(".jsonl"), out.with_suffix(".md")
+    check_output("--out", jsonl)
+    check_output("--out", md)
+    if args.store is not None:
+        if not Path(args.store).is_file():
+            raise UserError(f"--store {args.store}: no such file")
+        check_output("--store", args.store)
+    only = None if args.graphs is None else [g for g in args.graphs.split(",") if g]
+    graphs = [(name, graph) for name, graph in graph_sets(sets, args.max_ops)
+              if only is None or name in only]
+    missing = sorted(set(only or ()) - {name for name, _ in graphs})
+    if missing:
+        raise UserError(f"--graphs: no graph {missing[0]!r} of at most --max-ops "
+                        f"{args.max_ops} ops in --sets {','.join(sets)}")
 
     store = None
     if args.store is not None:
         from regal.bestknown import Store
 
         store = Store(args.store, write=True)
-    out = Path(args.out)
-    jsonl, md = out.with_suffix(".jsonl"), out.with_suffix(".md")
-    records = read_records(jsonl)
-    done = {_key(r) for r in records}
-    only = None if args.graphs is None else set(args.graphs.split(","))
-    devices = [int(x) for x in args.devices.split(",")]
-    wanted = []
-    for name, graph in graph_sets(args.sets.split(","), args.max_ops):
-        if only is not None and name not in only:
-            continue
-        for d in devices:
-            key = (name, d, float(args.time_limit), args.label)
-            wanted.append(key)
-            if key in done:
-                continue
+    hint = "store" if store is not None and not args.no_store_hint else "heuristics"
+    settings = {"formulation_option": args.formulation, "budget": args.budget, "hint": hint}
+    # the writer first: it cuts a torn last line, so the next record starts a line of its own
+    writer = JsonLinesWriter(jsonl, busy=f"{jsonl}: another exact_small.py run writes it")
+    try:
+        records = read_records(jsonl)
+        done = {_key(r) for r in records}
+        wanted, jobs = [], []
+        for name, graph in graphs:
+            for d in args.devices:
+                key = _key({"graph": name, "devices": d, "time_limit": float(args.time_limit),
+                            "label": args.label, "seed": args.seed, **settings})
+                wanted.append(key)
+                if key not in done:
+                    jobs.append((name, graph, d, key))
+                    done.add(key)
+        for name, graph, d, key in tqdm(jobs, desc="cpsat runs", unit="run", disable=None):
             record = one_record(name, graph, d, args.time_limit, args.budget, args.seed,
                                 args.label, {"formulation": args.formulation}, store,
                                 not args.no_store_hint)
+            record.update(settings)
             records.append(record)
-            done.add(key)
-            with open(jsonl, "a") as f:
-                f.write(json.dumps(record) + "\n")
+            writer.write(record)
             gap = _gap(record)
             shown = -1.0 if gap is None else gap
-            print(f"{name:24} {record['ops']:>4} d={d} value {record['value']:>12,.0f} "
-                  f"bound {record['bound'] or 0:>12,.0f} gap {shown:6.2f}% "
-                  f"{'PROVEN' if record['proven'] else 'open  '} {record['status']:>8} "
-                  f"wall {record['wall_s']:6.1f} s det {record['deterministic_s'] or 0:6.1f}",
-                  flush=True)
-    wanted_set = set(wanted)
-    rows = [r for r in records if _key(r) in wanted_set]
-    rows.sort(key=lambda r: wanted.index(_key(r)))
+            tqdm.write(f"{name:24} {record['ops']:>4} d={d} value {record['value']:>12,.0f} "
+                       f"bound {record['bound'] or 0:>12,.0f} gap {shown:6.2f}% "
+                       f"{'PROVEN' if record['proven'] else 'open  '} {record['status']:>8} "
+                       f"wall {record['wall_s']:6.1f} s det {record['deterministic_s'] or 0:6.1f}",
+                       file=sys.stdout)
+    finally:
+        writer.close()
+    order = {key: i for i, key in enumerate(wanted)}
+    rows = sorted((r for r in records if _key(r) in order), key=lambda r: order[_key(r)])
+    refuse_empty(rows, "--graphs/--sets")
     text = table(rows, args.title)
     before = Path(args.before).with_suffix(".jsonl")
     if before.exists() and before.resolve() != jsonl.resolve():
         text += comparison(read_records(before), rows)
-    md.write_text(text)
+    write_text(md, text)
     print(text[text.index("proven optimal:"):], end="")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from regal.user_errors import report_user_errors
+
+    raise SystemExit(report_user_errors("exact_small.py", main))

@@ -13,7 +13,9 @@ is their median wall time), then one run after `reset_memory_stats` whose alloca
 With `--kind cpu` (and automatically when no GPU is found) the same code runs on logical
 CPU devices, where the peak is the step-statistics replay (regal/measure/) and the step time
 shares the machine's cores. Writes OUT/gpu_check_{gpu|cpu}.md and .csv (OUT: --out, default
-experiments/results).
+experiments/results). Each child writes its rows, model by model, to
+OUT/gpu_check_devices_{N}.partial.json, removed once the table is written: a parent killed
+before that leaves the rows measured so far there.
 
     .venv/bin/python experiments/gpu_check.py [--kind auto|gpu|cpu] [--devices 2 4]
         [--models mlp small_cnn ...] [--budget 1000] [--method local-search] [--out DIR]
@@ -28,12 +30,12 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"  # the children import TensorFlow; the p
 import argparse  # noqa: E402
 import csv  # noqa: E402
 import datetime  # noqa: E402
+import io  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -85,8 +87,10 @@ def run_child(args) -> None:
     out = {"kind": kind, "devices": count, "tensorflow": tf.__version__,
            "device_name": device_name, "rows": [], "errors": []}
 
-    def save():
-        Path(args.child_out).write_text(json.dumps(out))
+    def save():  # whole or not at all: a kill during the write keeps the previous rows
+        from regal.files import write_text
+
+        write_text(args.child_out, json.dumps(out))
 
     save()
     for name in args.models:
@@ -152,6 +156,11 @@ def run_child(args) -> None:
 # the parent: one child per device count, then the table
 
 
+def partial_path(out: Path, count: int) -> Path:
+    """Where the child for `count` devices keeps its rows while it runs."""
+    return Path(out) / f"gpu_check_devices_{count}.partial.json"
+
+
 def run_all(args) -> tuple[list, dict]:
     """Runs one child per device count (within --time-limit in all); rows and run facts."""
     env = dict(os.environ)
@@ -159,40 +168,43 @@ def run_all(args) -> tuple[list, dict]:
     if args.kind == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU path must not initialise a GPU
     rows, errors, facts = [], [], {"kind": None, "tensorflow": "?", "device_name": "",
-                                   "child_seconds": {}}
+                                   "child_seconds": {}, "partial": []}
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
-        for count in args.devices:
-            left = args.time_limit - (time.perf_counter() - start)
-            if left < 20:
-                errors.append(f"{count} devices: not run, --time-limit {args.time_limit} s "
-                              f"spent")
-                continue
-            child_out = Path(tmp) / f"devices_{count}.json"
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(count),
-                   "--child-out", str(child_out), "--kind", args.kind,
-                   "--models", *args.models, "--modes", *args.modes,
-                   "--budget", str(args.budget), "--method", args.method,
-                   "--seed", str(args.seed), "--runs", str(args.runs),
-                   "--timed-runs", str(args.timed_runs)]
-            if args.gpu_memory_mb is not None:
-                cmd += ["--gpu-memory-mb", str(args.gpu_memory_mb)]
-            began = time.perf_counter()
-            try:
-                proc = subprocess.run(cmd, env=env, cwd=REPO, timeout=left)
-                if proc.returncode != 0:
-                    errors.append(f"{count} devices: the child exited with {proc.returncode}")
-            except subprocess.TimeoutExpired:
-                errors.append(f"{count} devices: stopped at --time-limit {args.time_limit} s "
-                              f"(rows measured before are kept)")
-            facts["child_seconds"][count] = round(time.perf_counter() - began, 1)
-            if child_out.exists() and child_out.stat().st_size:
-                got = json.loads(child_out.read_text())
-                rows += got["rows"]
-                errors += got["errors"]
-                facts["kind"] = facts["kind"] or got["kind"]
-                facts["tensorflow"] = got["tensorflow"]
-                facts["device_name"] = facts["device_name"] or got["device_name"]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for count in args.devices:
+        left = args.time_limit - (time.perf_counter() - start)
+        if left < 20:
+            errors.append(f"{count} devices: not run, --time-limit {args.time_limit} s spent")
+            continue
+        # in the output folder, not a temporary one: a parent killed keeps what was measured
+        child_out = partial_path(out, count)
+        child_out.unlink(missing_ok=True)  # an earlier run's rows are not this run's
+        facts["partial"].append(child_out)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(count),
+               "--child-out", str(child_out), "--kind", args.kind,
+               "--models", *args.models, "--modes", *args.modes,
+               "--budget", str(args.budget), "--method", args.method,
+               "--seed", str(args.seed), "--runs", str(args.runs),
+               "--timed-runs", str(args.timed_runs)]
+        if args.gpu_memory_mb is not None:
+            cmd += ["--gpu-memory-mb", str(args.gpu_memory_mb)]
+        began = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, env=env, cwd=REPO, timeout=left)
+            if proc.returncode != 0:
+                errors.append(f"{count} devices: the child exited with {proc.returncode}")
+        except subprocess.TimeoutExpired:
+            errors.append(f"{count} devices: stopped at --time-limit {args.time_limit} s "
+                          f"(rows measured before are kept)")
+        facts["child_seconds"][count] = round(time.perf_counter() - began, 1)
+        if child_out.exists() and child_out.stat().st_size:
+            got = json.loads(child_out.read_text())
+            rows += got["rows"]
+            errors += got["errors"]
+            facts["kind"] = facts["kind"] or got["kind"]
+            facts["tensorflow"] = got["tensorflow"]
+            facts["device_name"] = facts["device_name"] or got["device_name"]
     facts["errors"] = errors
     facts["kind"] = facts["kind"] or ("CPU" if args.kind == "cpu" else args.kind.upper())
     return rows, facts
@@ -281,14 +293,17 @@ op end in the traced run; `sim (run times)` the simulated step with the run's op
 
 
 def write(rows: list, facts: dict, args, wall_s: float) -> list[Path]:
+    from regal.files import write_text
+
     kind = facts["kind"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"gpu_check_{kind.lower()}"
-    with open(f"{stem}.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=COLUMNS)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(f"{stem}.csv", table.getvalue())
     cpu = cpu_model()
     on = f"{facts['device_name']}, " if facts["device_name"] else ""
     lines = [f"# Simulated vs measured peak memory and step time on logical {kind} devices",
@@ -324,38 +339,54 @@ def write(rows: list, facts: dict, args, wall_s: float) -> list[Path]:
     if facts["errors"]:
         lines += ["", "Not measured:", ""] + [f"* {e}" for e in facts["errors"]]
     lines += [NOTES.get(kind, "")]
-    Path(f"{stem}.md").write_text("\n".join(lines))
+    write_text(f"{stem}.md", "\n".join(lines))
     return [Path(f"{stem}.md"), Path(f"{stem}.csv")]
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for folder in (str(HERE), str(REPO)):  # sim_vs_measured, regal
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    from regal.arguments import (check_device_counts, check_output, device_count,
+                                 non_negative_int, positive_float, positive_int)
+    from regal.user_errors import UserError
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kind", choices=("auto", "gpu", "cpu"), default="auto",
                         help="auto: logical GPUs when a GPU exists, else logical CPUs")
-    parser.add_argument("--devices", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--devices", type=device_count, nargs="+", default=[2, 4])
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS,
                         help="builders of experiments/sim_vs_measured.py (MODELS): mlp, "
                              "small_cnn, mobilenetv2_64, transformer, resnet_blocks")
     parser.add_argument("--modes", nargs="+", choices=("train", "infer"), default=["train"])
-    parser.add_argument("--budget", type=int, default=1000)
+    parser.add_argument("--budget", type=positive_int, default=1000)
     parser.add_argument("--method", default="local-search",
                         help="regal.optimizers method (local-search, regal, brkga, ...)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--runs", type=int, default=3, help="warm-up runs")
-    parser.add_argument("--timed-runs", type=int, default=10,
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--runs", type=positive_int, default=3, help="warm-up runs")
+    parser.add_argument("--timed-runs", type=positive_int, default=10,
                         help="timed runs; the measured step is their median wall time")
-    parser.add_argument("--gpu-memory-mb", type=int, default=None,
+    parser.add_argument("--gpu-memory-mb", type=positive_int, default=None,
                         help="memory limit of each logical GPU (default 4096)")
-    parser.add_argument("--time-limit", type=float, default=450.0,
+    parser.add_argument("--time-limit", type=positive_float, default=450.0,
                         help="seconds for all device counts together (default 450)")
     parser.add_argument("--out", default=str(RESULTS), help="folder of the .md and .csv")
-    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child", type=positive_int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if any(d < 1 for d in args.devices) or (args.child is not None and args.child < 1):
-        parser.error("--devices: counts >= 1")
-    if args.budget < 1 or args.timed_runs < 1 or args.runs < 1:
-        parser.error("--budget, --runs and --timed-runs: integers >= 1")
+    check_device_counts(args)
+    if args.child is None:  # the parent checks the names before any child loads TensorFlow
+        from regal.optimizers import METHODS
+        from sim_vs_measured import MODELS  # light: it imports TensorFlow on first use
+
+        if args.method not in METHODS:
+            raise UserError(f"--method: unknown method {args.method!r}; one of "
+                            f"{', '.join(METHODS)}")
+        unknown = [name for name in args.models if name not in MODELS]
+        if unknown:
+            raise UserError(f"--models: unknown model {unknown[0]!r}; one of "
+                            f"{', '.join(MODELS)}")
+        check_output("--out", args.out, folder=True)
     return args
 
 
@@ -381,16 +412,22 @@ def main(argv=None) -> int:
     for e in facts["errors"]:
         print(f"gpu_check: {e}", file=sys.stderr)
     if not rows:
+        for path in facts["partial"]:  # no rows in them
+            Path(path).unlink(missing_ok=True)
         print("gpu_check: nothing was measured", file=sys.stderr)
         return 1
     paths = write(rows, facts, args, wall)
     print(paths[0].read_text())
     for path in paths:
         print(f"wrote {path}")
+    for path in facts["partial"]:  # the table has their rows now
+        Path(path).unlink(missing_ok=True)
     print(summary_line(rows, facts["kind"]))
     print(f"wall time {wall:.1f} s")
     return 0 if not facts["errors"] else 3
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from regal.user_errors import report_user_errors
+
+    sys.exit(report_user_errors("gpu_check.py", main))

@@ -69,10 +69,14 @@ from numba import njit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from regal.arguments import (check_device_counts, check_output, device_count,  # noqa: E402
+                             non_negative_int, positive_int)
 from regal.bestknown_store import read_stores  # noqa: E402
+from regal.files import write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
 from regal.sim import DeviceSpec, simulate  # noqa: E402
+from regal.user_errors import UserError, refuse_empty  # noqa: E402
 
 _INF = np.iinfo(np.int64).max
 
@@ -309,21 +313,21 @@ def timed_value(graph, devices: int, placement: np.ndarray, budget: int, seed: i
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", type=Path, default=ROOT / "data/bestknown/synth_test.jsonl")
     parser.add_argument("--graphs", type=Path, default=ROOT / "runs/transfer_graphs/synth_test_100")
-    parser.add_argument("--devices", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--max-ops", type=int, default=27,
+    parser.add_argument("--devices", type=device_count, nargs="+", default=[2, 4])
+    parser.add_argument("--max-ops", type=positive_int, default=27,
                         help="largest device solved (2^ops states, 8 bytes each)")
-    parser.add_argument("--max-graph-ops", type=int, default=100)
-    parser.add_argument("--search-starts", type=int, default=3,
+    parser.add_argument("--max-graph-ops", type=positive_int, default=100)
+    parser.add_argument("--search-starts", type=non_negative_int, default=3,
                         help="searches for the least max R_k over placements: from the "
                              "best-known placement, then from random ones (0: no search)")
-    parser.add_argument("--search-iterations", type=int, default=2000)
-    parser.add_argument("--search-max-ops", type=int, default=20,
+    parser.add_argument("--search-iterations", type=non_negative_int, default=2000)
+    parser.add_argument("--search-max-ops", type=positive_int, default=20,
                         help="the search keeps every device at most this many ops")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timed-budget", type=int, default=2000,
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--timed-budget", type=non_negative_int, default=2000,
                         help="evaluations of the priority search that times the placements "
                              "(the best-known one and the least found with arrivals); 0: none")
     parser.add_argument("--no-arrivals", action="store_true",
@@ -331,10 +335,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path,
                         default=ROOT / "experiments/results/placement_relaxation.md")
     args = parser.parse_args(argv)
-    if not args.store.is_file() or not args.graphs.is_dir():
-        print(f"error: need the store {args.store} and the graphs {args.graphs} (make them "
-              "with `python experiments/transfer.py`)", file=sys.stderr)
-        return 2
+    check_device_counts(args)
+    if not args.store.is_file():
+        raise UserError(f"--store {args.store}: no such file (make it with `python "
+                        "experiments/transfer.py`)")
+    if not args.graphs.is_dir():
+        raise UserError(f"--graphs {args.graphs}: no such folder (make it with `python "
+                        "experiments/transfer.py`)")
+    check_output("--out", args.out, inputs=(args.store,))
     store = read_stores([args.store])
     graphs = {}
     for path in sorted(args.graphs.glob("*.npz")):
@@ -465,10 +473,14 @@ def main(argv=None) -> int:
                 f"{sum(p[1] < 0 for p in pairs)})"
                 for d, pairs in timed.items() if pairs]
     lines += summary
-    args.out.write_text("\n".join(lines) + "\n")
+    refuse_empty(rows, f"--store {args.store} with --graphs {args.graphs} (no key of at most "
+                       f"--max-graph-ops ops and --max-ops ops per device)")
+    write_text(args.out, "\n".join(lines) + "\n")
     print("\n".join(lines[-len(ratios) - len(summary):]))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from regal.user_errors import report_user_errors
+
+    sys.exit(report_user_errors("placement_relaxation.py", main))

@@ -3,9 +3,12 @@
 Five small Keras models x {inference, training} x {BRKGA placement, one device}, each run on
 2 TensorFlow devices by `regal.measure.measure`. On a machine with GPUs the peaks come from
 each logical GPU's allocator; on CPU they are replayed from step statistics (see
-regal/measure/). Writes experiments/results/sim_vs_measured_{cpu|gpu}.{md,csv}.
+regal/measure/). Writes experiments/results/sim_vs_measured_{cpu|gpu}.{md,csv} (OUT/...
+with --out OUT; a run of fewer than the five models needs --out, so that it cannot replace
+the committed table of all five).
 
     .venv/bin/python experiments/sim_vs_measured.py [--budget 1000] [--devices 2]
+        [--models mlp ...] [--out DIR]
 
 Columns: `simulated` is the performance model on the static import (what every optimizer
 sees: in-place forwarding as aliases and conv-gradient kernel scratch, see
@@ -24,6 +27,7 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import argparse  # noqa: E402
 import csv  # noqa: E402
 import datetime  # noqa: E402
+import io  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -31,14 +35,22 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from gpu_check import cpu_model  # noqa: E402  (this script's folder is on the path)
-from regal import measure as rm  # noqa: E402 - imports TensorFlow, sets the env first
-
-import tensorflow as tf  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
 
+def _tf():
+    """TensorFlow, imported on first use (through regal.measure, which sets its environment
+    first): checking the flags, and importing MODELS for their names (gpu_check.py's
+    parent), load no TensorFlow."""
+    from regal import measure  # noqa: F401 - imports TensorFlow, sets the env first
+
+    import tensorflow as tf
+    return tf
+
+
 def mlp():
+    tf = _tf()
     x = tf.keras.Input((256,), name="features")
     h = tf.keras.layers.Dense(512, activation="relu", name="fc1")(x)
     h = tf.keras.layers.Dense(512, activation="relu", name="fc2")(h)
@@ -46,6 +58,7 @@ def mlp():
 
 
 def small_cnn():
+    tf = _tf()
     x = tf.keras.Input((32, 32, 3), name="image")
     h = tf.keras.layers.Conv2D(16, 3, padding="same", activation="relu", name="c1")(x)
     h = tf.keras.layers.Conv2D(32, 3, padding="same", activation="relu", name="c2")(h)
@@ -56,11 +69,13 @@ def small_cnn():
 
 
 def mobilenetv2():
+    tf = _tf()
     return tf.keras.applications.MobileNetV2(input_shape=(64, 64, 3), alpha=0.35,
                                              weights=None, classes=10)
 
 
 def transformer():
+    tf = _tf()
     seq, d, heads = 32, 64, 2
     tokens = tf.keras.Input((seq,), dtype="int32", name="tokens")
     x = tf.keras.layers.Embedding(1000, d, name="embed")(tokens)
@@ -75,6 +90,7 @@ def transformer():
 
 
 def resnet_blocks():
+    tf = _tf()
     x = tf.keras.Input((32, 32, 3), name="image")
     h = tf.keras.layers.Conv2D(32, 3, padding="same", name="stem")(x)
     for i in range(3):
@@ -99,6 +115,7 @@ def _pct(a, b) -> float:
 def run(budget: int, devices: int, models: list[str], seed: int = 0) -> tuple[list, str]:
     from tqdm import tqdm
 
+    from regal import measure as rm
     from regal import optimizers
     from regal.io.tensorflow import import_step
     from regal.sim import simulate
@@ -145,7 +162,7 @@ def run(budget: int, devices: int, models: list[str], seed: int = 0) -> tuple[li
                     "moved_ops": len(m.moved), "misplaced_ops": len(m.misplaced),
                     "max_output_diff": m.max_output_diff,
                     "seconds": round(time.perf_counter() - start, 1)})
-        tf.keras.backend.clear_session()
+        _tf().keras.backend.clear_session()
     return rows, kind
 
 
@@ -215,13 +232,19 @@ def _mib(x) -> str:
     return f"{x / 2**20:.3f}"
 
 
-def write(rows: list, kind: str, budget: int, devices: int) -> list[Path]:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / f"sim_vs_measured_{kind.lower()}"
-    with open(f"{stem}.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+def write(rows: list, kind: str, budget: int, devices: int, out: Path = RESULTS) -> list[Path]:
+    from regal import measure as rm
+    from regal.files import write_text
+
+    tf = _tf()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"sim_vs_measured_{kind.lower()}"
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(f"{stem}.csv", table.getvalue())
     cpu = cpu_model()
     method = rm.GPU_METHOD if kind == "GPU" else rm.CPU_METHOD
     diffs = np.array([r["diff_pct"] for r in rows])
@@ -261,21 +284,39 @@ def write(rows: list, kind: str, budget: int, devices: int) -> list[Path]:
                      f"{_mib(r['measured_no_scratch'])} | {_mib(r['sim_no_scratch'])} | "
                      f"{r['diff_no_scratch_pct']:+.1f}% | "
                      f"{r['max_output_diff']:.2g} | {r['moved_ops']} |")
-    Path(f"{stem}.md").write_text("\n".join(lines) + "\n" + NOTES)
+    write_text(f"{stem}.md", "\n".join(lines) + "\n" + NOTES)
     return [Path(f"{stem}.md"), Path(f"{stem}.csv")]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", type=int, default=1000)
-    parser.add_argument("--devices", type=int, default=2)
+def main(argv=None) -> int:
+    from regal.arguments import check_device_counts, check_output, device_count, positive_int
+    from regal.user_errors import UserError, refuse_empty
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--budget", type=positive_int, default=1000)
+    parser.add_argument("--devices", type=device_count, default=2)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="folder of sim_vs_measured_{cpu|gpu}.{md,csv} (default "
+                             "experiments/results; needed when --models leaves some out)")
+    args = parser.parse_args(argv)
+    check_device_counts(args)
+    if args.out is None and set(args.models) != set(MODELS):
+        raise UserError(f"--models {' '.join(args.models)}: a run of fewer than the "
+                        f"{len(MODELS)} models would replace the committed table of all of "
+                        "them in experiments/results; give --out DIR to write it elsewhere")
+    out = RESULTS if args.out is None else args.out
+    check_output("--out", out, folder=True)
     rows, kind = run(args.budget, args.devices, args.models)
-    for path in write(rows, kind, args.budget, args.devices):
+    refuse_empty(rows, f"--models {' '.join(args.models)}")
+    paths = write(rows, kind, args.budget, args.devices, out)
+    for path in paths:
         print(f"wrote {path}")
-    print(Path(RESULTS / f"sim_vs_measured_{kind.lower()}.md").read_text())
+    print(paths[0].read_text())
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from regal.user_errors import report_user_errors
+
+    raise SystemExit(report_user_errors("sim_vs_measured.py", main))

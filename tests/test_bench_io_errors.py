@@ -1,0 +1,31 @@
+"""experiments/bench_io.py and a researcher's mistakes: one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import experiment
+from regal.user_errors import report_user_errors
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--ops", "-5"], "--ops"),
+    (["--repeat", "0"], "--repeat"),
+    (["--seed", "-1"], "--seed"),
+])
+def test_a_mistake_is_one_line_and_exit_2(capsys, argv, needle):
+    script = experiment("bench_io")
+    try:
+        code = report_user_errors("bench_io.py", lambda: script.main(argv))
+    except SystemExit as exc:   # argparse's own refusal
+        code = exc.code
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if "error:" in line]
+    assert code == 2 and "Traceback" not in captured.err, captured.err
+    assert len(errors) == 1 and needle in errors[0], (needle, captured.err)
+    assert captured.out == ""   # no graph was built
+
+
+def test_a_small_run_times_every_format(capsys):
+    assert experiment("bench_io").main(["--ops", "50", "--repeat", "1"]) == 0
+    assert capsys.readouterr().out.count(" ok") == 4
