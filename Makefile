@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all bench clean
+.PHONY: demo test test-all bench clean clean-cache
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,3 +26,10 @@ test-all: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+	$(MAKE) clean-cache
+
+# numba's on-disk caches are keyed by the file that defines each compiled function only: after
+# editing what one reads from another file (brkga/streams.py's constants for regal/breed.py,
+# regal/search/draw_kernel.py for feature_kernels.py), clear them
+clean-cache:
+	find . -path ./$(VENV) -prune -o -name '*.nb[ic]' -print -delete

@@ -160,7 +160,10 @@ class ComputationGraph(NamedTuple):
     def fingerprint(self) -> str:
         """A stable hash of everything that defines the graph (solutions record it); the
         cost model's counts (op_flops, op_bytes) are left out, so keeping them changed no
-        stored key."""
+        stored key, and so are the op types. Neither changes the objective on devices
+        without speeds; the counts set op times on devices with speeds and the op types are
+        features of the policy, so a cache of results that depend on them adds them to its
+        own key (`regal.policy.reference.reference_for` adds the counts under speeds)."""
         h = hashlib.sha256()
         h.update("\0".join(self.names.tolist()).encode())
         for field in ("compute_cost", "temporary_memory", "persistent_memory",

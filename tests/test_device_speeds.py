@@ -269,3 +269,21 @@ def test_the_shipped_real_graphs_keep_their_counts():
                                                 memory_bandwidth=[BYTES_PER_US, 4 * BYTES_PER_US]),
                               "makespan"))
     assert fast.extra["fastest_device"] == 1 and fast.makespan < slow.makespan
+
+
+def test_the_reference_cache_tells_graphs_apart_by_their_counts_under_speeds():
+    """Two graphs alike but for their op counts share a fingerprint (it leaves the counts
+    out), yet on devices with speeds their op times differ: the policy's reference solution
+    is cached per counts there, so each gets its own (the one `compute_reference` gives)."""
+    from regal.policy.reference import compute_reference, reference_for
+
+    rng = np.random.default_rng(3)
+    g = with_counts(random_graph(rng, 12), rng)
+    g2 = g._replace(op_flops=g.op_flops * 50)
+    assert g.fingerprint() == g2.fingerprint()
+    spec = DeviceSpec(2, flops=[1e7, 2e6])
+    first = reference_for(g, spec, "makespan")
+    second = reference_for(g2, spec, "makespan")
+    assert second.value == compute_reference(Problem(g2, spec, "makespan")).value
+    assert second.value != first.value
+    assert reference_for(g, spec, "makespan") is first   # the same graph: cached

@@ -28,6 +28,7 @@ order (for a contiguous split: the next pipeline stage), slot d-1 = the previous
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -185,6 +186,15 @@ def compute_reference(problem) -> Reference:
 
 
 _CACHE: dict[tuple, Reference] = {}
+
+
+def _counts_digest(graph: ComputationGraph) -> str:
+    """A hash of the cost model's op counts (op_flops, op_bytes), which set each op's time
+    on devices with speeds but which `ComputationGraph.fingerprint` leaves out."""
+    h = hashlib.sha256()
+    for counts in (graph.op_flops, graph.op_bytes):
+        h.update(b"-" if counts is None else np.ascontiguousarray(counts).tobytes())
+    return h.hexdigest()[:16]
 _CACHE_SIZE = 4096
 
 
@@ -195,6 +205,8 @@ def reference_for(graph: ComputationGraph, devices, objective: str = "peak_memor
     spec = as_device_spec(devices)
     limits = None if spec.memory_limit is None else tuple(int(x) for x in spec.limits)
     key = (graph.fingerprint(), spec.count, limits, *spec.speed_key(), objective)
+    if spec.has_speeds:   # then the op counts set the durations, and the fingerprint omits them
+        key += (_counts_digest(graph),)
     if key not in _CACHE:
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))  # oldest first
