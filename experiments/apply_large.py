@@ -115,6 +115,20 @@ def main(argv=None) -> int:
     if args.run_only:  # the fresh process
         print(json.dumps(run_step(Path(args.run_only))))
         return 0
+    import contextlib
+
+    from regal.arguments import check_output
+    from regal.c_output import silenced
+    from regal.user_errors import UserError
+
+    # TensorFlow's native notices while it loads would bury a refusal's one line
+    with contextlib.nullcontext() if os.environ.get("REGAL_DEBUG") else silenced(2):
+        from regal.io.tf_large import LARGE_MODELS
+
+    if args.model not in LARGE_MODELS:
+        raise UserError(f"--model: unknown {args.model!r}; expected one of "
+                        f"{', '.join(LARGE_MODELS)}")
+    check_output("--out", args.out)     # before the minutes of the apply
     with tempfile.TemporaryDirectory(prefix="regal-apply-large-") as tmp:
         folder = Path(tmp)
         applied = apply_step(args.model, folder)
@@ -147,4 +161,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from regal.user_errors import report_user_errors
+
+    sys.exit(report_user_errors("apply_large.py", main))

@@ -4,8 +4,8 @@ For every graph of a transfer run (records of `experiments/transfer.py`) and eac
 BRKGA runs once with a large budget (default 50,000) and the same seed; its best-so-far curve
 gives the first evaluation count at which it is at least as good as the method's 5,000-evaluation
 answer of the same seed. A method "reaches BRKGA-50K" on a graph when BRKGA needs 50,000 or more
-(or never gets there within the budget). Resumable: one JSON line per (graph, devices, seed) in
-`--cache`.
+(or never gets there within the budget). Resumable: one JSON line per (graph, devices, seed,
+BRKGA budget) in `--cache`.
 
     python experiments/brkga_equivalent.py \\
         --records experiments/results/transfer_full/records.jsonl \\
@@ -20,17 +20,19 @@ import json
 import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from regal import harness, optimizers  # noqa: E402
+from regal.arguments import check_output, positive_int  # noqa: E402
+from regal.files import JsonLinesWriter, cut_torn_tail, read_json_lines, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.regal_method import same_policy_dir  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
+from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
 
 METHODS = ("regal", "local-search")  # compared with plain BRKGA's curve
 
@@ -72,50 +74,85 @@ def targets(records_file: Path, policy=None) -> dict:
     return found
 
 
+CACHE_FIELDS = ("key", "budget", "brkga_5k", "brkga_final",
+                *(f"{m}_{what}" for m in METHODS for what in ("value", "needs")))
+
+
+def read_cache(path: Path) -> dict:
+    """(graph key, BRKGA budget) -> the cached row. A torn last line (a killed run) is cut
+    first; a file of anything else is the user's error. Each row's budget is part of its
+    key: a rerun with another `--budget` runs BRKGA again instead of reusing these."""
+    cut_torn_tail(path)
+    try:
+        rows = read_json_lines(path)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"--cache {path}: not a JSON-lines file of this script ({exc})") \
+            from None
+    done = {}
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or any(field not in row for field in CACHE_FIELDS) \
+                or not isinstance(row["key"], list) or len(row["key"]) != 5:
+            raise UserError(f"--cache {path}: line {number} is not a row of "
+                            "brkga_equivalent.py")
+        done[(tuple(row["key"]), row["budget"])] = row
+    return done
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", required=True, type=Path)
     parser.add_argument("--graphs", nargs="+", required=True, type=Path,
                         help="folders holding the run's graph files (matched by fingerprint)")
     parser.add_argument("--policy", default="data/policy",
                         help="compare the regal runs of this policy folder only (relative: to "
                         "the repository root first; default the shipped data/policy)")
-    parser.add_argument("--budget", type=int, default=50000)
-    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 (default 1)")
+    parser.add_argument("--budget", type=positive_int, default=50000)
+    parser.add_argument("--seeds", type=positive_int, default=1, help="seeds 0..N-1 (default 1)")
     parser.add_argument("--out", required=True, type=Path, help="Markdown table")
     parser.add_argument("--cache", type=Path, default=None,
                         help="JSON lines of finished graphs (default: OUT with .jsonl)")
     args = parser.parse_args(argv)
     cache = args.cache or args.out.with_suffix(".jsonl")
+    if not args.records.exists():
+        raise UserError(f"--records {args.records}: no such file or folder")
+    for folder in args.graphs:
+        if not folder.is_dir():
+            raise UserError(f"--graphs {folder}: no such folder")
+    if cache.is_dir():
+        raise UserError(f"--cache {cache}: is a folder; expected a JSON-lines file")
+    check_output("--cache", cache, inputs=(args.records,))
+    check_output("--out", args.out, inputs=(args.records, cache))
 
     paths = {e.fingerprint: e.path for e in harness.find_graphs(
         {folder.name: folder for folder in args.graphs})}
     wanted = {k: v for k, v in targets(args.records, args.policy).items()
               if k[4] < args.seeds and k[0] in paths and "regal" in v}
-    done = {}
-    if cache.exists():
-        for line in cache.read_text().splitlines():
-            row = json.loads(line)
-            done[tuple(row["key"])] = row
-    start = time.perf_counter()
-    for n, key in enumerate(sorted(wanted, key=lambda k: (k[2], k[3], k[1], k[4])), 1):
-        if key in done:
-            continue
-        fingerprint, graph, dataset, devices, seed = key
-        curve = brkga_curve(paths[fingerprint], devices, seed, args.budget)
-        row = {"key": list(key), "budget": args.budget,
-               "brkga_5k": wanted[key].get("brkga", first_value(curve, 5000)),
-               "brkga_final": curve[-1][1],
-               **{f"{m}_value": wanted[key].get(m) for m in METHODS},
-               **{f"{m}_needs": (None if wanted[key].get(m) is None else
-                                 first_reach(curve, wanted[key][m])) for m in METHODS}}
-        with cache.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
-        done[key] = row
-        print(f"[{n}/{len(wanted)}] {dataset} {graph} d={devices}: regal needs "
-              f"{row['regal_needs']}, local-search {row['local-search_needs']} "
-              f"({time.perf_counter() - start:.0f} s)", flush=True)
-    args.out.write_text(table(list(done.values()), args))
+    from tqdm import tqdm
+
+    # opening the cache cuts a torn last line (a killed run) and refuses a second writer
+    with JsonLinesWriter(cache, f"{cache} is being written by another run") as writer:
+        done = read_cache(cache)
+        todo = [key for key in sorted(wanted, key=lambda k: (k[2], k[3], k[1], k[4]))
+                if (key, args.budget) not in done]
+        for key in tqdm(todo, desc="BRKGA curves", unit="curve", disable=None):
+            fingerprint, graph, dataset, devices, seed = key
+            curve = brkga_curve(paths[fingerprint], devices, seed, args.budget)
+            row = {"key": list(key), "budget": args.budget,
+                   "brkga_5k": wanted[key].get("brkga", first_value(curve, 5000)),
+                   "brkga_final": curve[-1][1],
+                   **{f"{m}_value": wanted[key].get(m) for m in METHODS},
+                   **{f"{m}_needs": (None if wanted[key].get(m) is None else
+                                     first_reach(curve, wanted[key][m])) for m in METHODS}}
+            writer.write(row)
+            done[(key, args.budget)] = row
+    # the rows of this budget and these seeds: the ones the header names
+    rows = [row for (key, budget), row in done.items()
+            if budget == args.budget and key[4] < args.seeds]
+    refuse_empty(rows, f"--records {args.records} with --graphs "
+                       f"{' '.join(map(str, args.graphs))} (no graph of the records found, "
+                       f"or no regal run of --policy {args.policy} at 5,000 "
+                       "evaluations)")
+    write_text(args.out, table(rows, args))
     print(f"wrote {args.out}")
     return 0
 
@@ -159,4 +196,4 @@ def table(rows: list[dict], args) -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report_user_errors("brkga_equivalent.py", main))

@@ -40,7 +40,6 @@ a folder. Resumable: one JSON line per (schedule, graph, devices, seed) in `--ca
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -52,9 +51,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from regal import optimizers, regal_method  # noqa: E402
+from regal.arguments import (check_device_counts, check_output, device_count,  # noqa: E402
+                             non_negative_int, positive_int)
 from regal.decode import encode  # noqa: E402
+from regal.files import JsonLinesWriter, cut_torn_tail, read_json_lines, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
+from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
 from regal.search.pipeline import brkga_phase, race_climbs  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 
@@ -175,18 +178,39 @@ def summarise(rows: list[dict], schedules, splits, devices) -> str:
                                      "lrlrrrr")) + "\n"
 
 
+CACHE_FIELDS = ("schedule", "split", "graph", "devices", "seed", "budget", "value")
+
+
+def read_cache(path: Path) -> list[dict]:
+    """The runs in the cache; a torn last line (a killed run) is cut first, and a file of
+    anything else is the user's error (it is neither read nor appended to)."""
+    cut_torn_tail(path)
+    try:
+        rows = read_json_lines(path)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"--cache {path}: not a JSON-lines file of schedule runs ({exc})") \
+            from None
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or any(field not in row for field in CACHE_FIELDS):
+            raise UserError(f"--cache {path}: line {number} is not a schedule run (it lacks "
+                            f"some of {', '.join(CACHE_FIELDS)})")
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", nargs="+", required=True,
                         help="folders of graphs (.npz); each is one split, named by the folder")
-    parser.add_argument("--devices", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--budget", type=int, default=5000)
-    parser.add_argument("--limit", type=int, default=None, help="first N graphs of each folder")
+    parser.add_argument("--devices", type=device_count, nargs="+", default=[2, 4])
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--budget", type=positive_int, default=5000)
+    parser.add_argument("--limit", type=positive_int, default=None,
+                        help="first N graphs of each folder")
     parser.add_argument("--schedules", default=",".join(SCHEDULES))
     parser.add_argument("--cache", default=None, help="JSON lines of finished runs (resumable)")
     parser.add_argument("--out", default=None, help="write the table here too")
     args = parser.parse_args(argv)
+    check_device_counts(args)
     schedules = [s for s in args.schedules.split(",") if s]
     for name in schedules:
         if name not in SCHEDULES:
@@ -199,13 +223,36 @@ def main(argv=None) -> int:
             parser.error(f"--graphs: {folder} is not a folder of .npz graphs")
     cache = Path(args.cache) if args.cache else (Path(args.out).with_suffix(".jsonl")
                                                  if args.out else None)
-    rows = []
-    if cache is not None and cache.exists():
-        rows = [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
+    if cache is not None and cache.is_dir():
+        raise UserError(f"--cache {cache}: is a folder; expected a JSON-lines file")
+    check_output("--cache", cache)
+    check_output("--out", args.out, inputs=(cache,))
+    # opening the cache cuts a torn last line (a killed run) and refuses a second writer
+    sink = None if cache is None else JsonLinesWriter(
+        cache, f"{cache} is being written by another budget_schedules run")
+    try:
+        rows, made, seconds = _run(args, schedules, folders, cache, sink)
+    finally:
+        if sink is not None:
+            sink.close()
+    table = summarise(rows, schedules, [f.name for f in folders], args.devices)
+    header = (f"Budget schedules at {args.budget} evaluations, seeds {args.seeds}, improvement "
+              f"over plain BRKGA ({made} runs made in {seconds:.0f} s, "
+              f"{len(rows) - made} from `{cache}`)\n\n")
+    print(header + table)
+    if args.out:
+        refuse_empty(rows, f"--graphs {' '.join(args.graphs)}")
+        write_text(args.out, header + table)
+    return 0
+
+
+def _run(args, schedules, folders, cache, sink) -> tuple[list[dict], int, float]:
+    """The runs asked for, from the cache or made (each written to it as it comes): (rows,
+    runs made, their seconds)."""
+    rows = read_cache(cache) if sink is not None else []
     done = {(r["schedule"], r["split"], r["graph"], r["devices"], r["seed"], r["budget"])
             for r in rows}
     rows = [r for r in rows if r["budget"] == args.budget]
-    sink = None if cache is None else cache.open("a")
     from tqdm import tqdm
 
     work = [(folder, path, d, seed) for folder in folders
@@ -228,19 +275,11 @@ def main(argv=None) -> int:
             done.add(key)
             made += 1
             if sink is not None:
-                sink.write(json.dumps(row) + "\n")
-                sink.flush()
+                sink.write(row)
     asked = {(folder.name, path.stem, d, seed) for folder, path, d, seed in work}
     rows = [r for r in rows if (r["split"], r["graph"], r["devices"], r["seed"]) in asked]
-    table = summarise(rows, schedules, [f.name for f in folders], args.devices)
-    header = (f"Budget schedules at {args.budget} evaluations, seeds {args.seeds}, improvement "
-              f"over plain BRKGA ({made} runs made in {time.perf_counter() - started:.0f} s, "
-              f"{len(rows) - made} from `{cache}`)\n\n")
-    print(header + table)
-    if args.out:
-        Path(args.out).write_text(header + table)
-    return 0
+    return rows, made, time.perf_counter() - started
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report_user_errors("budget_schedules.py", main))

@@ -40,7 +40,8 @@ quarter / half of their batch in the drawing order, unranked (`unranked_share`).
 Objectives: peak memory, and running time with every device under a memory limit of
 `--limit-factor` (1.2) x the reference heuristics' best peak (the transfer tables' rule for
 graphs without a best-known store). Every run is one JSON line in `--records` (resumable: a
-line already there is not run again); the table goes to stdout and to `--out`.
+line already there is not run again); the table, of the runs at `--limit-factor` only, goes
+to stdout and to `--out`.
 
     python experiments/ceilings.py --graphs runs/transfer_graphs/synth_valid_40 \\
         --limit 20 --budgets 1000 5000 --seeds 2 --out experiments/results/ceilings.md
@@ -59,9 +60,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
+from regal.arguments import (check_device_counts, check_output, device_count,  # noqa: E402
+                             positive_float, positive_int)
+from regal.files import JsonLinesWriter, cut_torn_tail, read_json_lines, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
+from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
 from regal.workers import Workers  # noqa: E402
 
 TWIN = "twin"
@@ -219,6 +223,26 @@ def run_arm(task: dict) -> dict:
                 wall_s=time.perf_counter() - start, limit=limit, ops=graph.num_nodes)
 
 
+RECORD_FIELDS = ("set", "path", "devices", "objective", "budget", "seed", "arm", "factor",
+                 "value")
+
+
+def read_records(path: Path) -> list[dict]:
+    """The runs in `--records`; a torn last line (a killed run) is cut first. A file that
+    holds anything else (another script's lines, garbled text) is the user's error."""
+    cut_torn_tail(path)
+    try:
+        rows = read_json_lines(path)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"--records {path}: not a JSON-lines file of ceiling runs ({exc})") \
+            from None
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or any(field not in row for field in RECORD_FIELDS):
+            raise UserError(f"--records {path}: line {number} is not a ceiling run (it lacks "
+                            f"some of {', '.join(RECORD_FIELDS)})")
+    return rows
+
+
 def _key(row: dict) -> tuple:
     return (row["set"], Path(row["path"]).name, row["devices"], row["objective"],
             row["budget"], row["seed"], row["arm"], row["factor"])
@@ -307,22 +331,26 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", nargs="+", required=True, type=Path,
                         help="graph folders (each one set of the table) or files")
-    parser.add_argument("--limit", type=int, default=None, help="first N graphs of each set")
-    parser.add_argument("--max-ops", type=int, default=None, help="skip larger graphs")
-    parser.add_argument("--devices", nargs="+", type=int, default=[2, 4])
-    parser.add_argument("--budgets", nargs="+", type=int, default=[1000, 5000])
+    parser.add_argument("--limit", type=positive_int, default=None,
+                        help="first N graphs of each set")
+    parser.add_argument("--max-ops", type=positive_int, default=None, help="skip larger graphs")
+    parser.add_argument("--devices", nargs="+", type=device_count, default=[2, 4])
+    parser.add_argument("--budgets", nargs="+", type=positive_int, default=[1000, 5000])
     parser.add_argument("--objectives", nargs="+", choices=OBJECTIVES, default=list(OBJECTIVES))
-    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--seeds", type=positive_int, default=2)
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms")
-    parser.add_argument("--limit-factor", type=float, default=LIMIT_FACTOR)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--limit-factor", type=positive_float, default=LIMIT_FACTOR,
+                        help="running time: each device's limit, this x the heuristics' best "
+                        "peak (default 1.2); the table shows the runs made with it")
+    parser.add_argument("--workers", type=positive_int, default=2)
     parser.add_argument("--records", type=Path, default=REPO / "experiments/results/ceilings.jsonl")
     parser.add_argument("--out", type=Path, default=REPO / "experiments/results/ceilings.md")
     parser.add_argument("--table-only", action="store_true", help="no runs: the table of --records")
     args = parser.parse_args(argv)
+    check_device_counts(args)
     arms = [a for a in args.arms.split(",") if a]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
@@ -330,60 +358,88 @@ def main(argv=None) -> int:
     for folder in args.graphs:
         if not folder.exists():
             parser.error(f"--graphs: {folder}: no such file or folder")
+        if not args.table_only and folder.is_dir() and not any(folder.glob("*.npz")):
+            parser.error(f"--graphs: {folder}: no .npz graph files in this folder")
+    if args.records.is_dir():
+        raise UserError(f"--records {args.records}: is a folder; expected a JSON-lines file")
+    if args.table_only and not args.records.is_file():
+        raise UserError(f"--records {args.records}: no such file (--table-only tabulates it)")
+    check_output("--records", args.records)
+    check_output("--out", args.out, inputs=(args.records,))
 
     # opening the records cuts a torn last line (a killed run) and refuses a second writer
     writer = None if args.table_only else JsonLinesWriter(
         args.records, f"{args.records} is being written by another ceilings run")
-    done = {_key(row): row for row in read_json_lines(args.records)}
-    tasks = []
-    if not args.table_only:
-        for folder in args.graphs:
-            paths = sorted(folder.glob("*.npz")) if folder.is_dir() else [folder]
-            paths = paths[:args.limit] if args.limit else paths
-            for path in paths:
-                if args.max_ops and load_graph(path).num_nodes > args.max_ops:
-                    continue
-                for budget in args.budgets:
-                    for objective in args.objectives:
-                        for devices in args.devices:
-                            for seed in range(args.seeds):
-                                for arm in arms:
-                                    task = dict(set=folder.name, path=str(path), devices=devices,
-                                                objective=objective, budget=budget, seed=seed,
-                                                arm=arm, factor=args.limit_factor)
-                                    if _key(task) not in done:
-                                        tasks.append(task)
-    if tasks:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(tasks), desc="ceiling runs", unit="run")
-        queue = iter(tasks)
-
-        def start():
-            task = next(queue, None)
-            return None if task is None else (task, run_arm, task)
-
-        def finish(task, get):
-            row = get()
-            writer.write(row)
-            done[_key(row)] = row
-            bar.update()
-
-        with Workers(args.workers, jobs=len(tasks), ignore_interrupts=True) as workers:
-            workers.run(start, finish)
-        bar.close()
-    if writer is not None:
-        writer.close()
+    try:
+        done = {_key(row): row for row in read_records(args.records)}
+        tasks = []
+        if not args.table_only:
+            tasks = _tasks(args, arms, done)
+        if tasks:
+            _run(tasks, args.workers, writer, done)
+    finally:
+        if writer is not None:
+            writer.close()
+    # the runs made at this --limit-factor only: the header names it, and a table mixing
+    # limits would compare arms run under different ones
+    rows = [row for row in done.values() if row["factor"] == args.limit_factor]
+    factors = ", ".join(f"{f:g}" for f in sorted({row["factor"] for row in done.values()}))
+    refuse_empty(rows, f"--records {args.records} (no runs at --limit-factor "
+                       f"{args.limit_factor:g}; it holds {factors or 'none'})")
     text = ("# Ceilings of the policy's levers, in points over the no-policy twin\n\n"
-            f"Made by `experiments/ceilings.py` from `{args.records.name}` ({len(done)} runs). "
+            f"Made by `experiments/ceilings.py` from `{args.records.name}` ({len(rows)} runs). "
             "Points: 100 x (twin - lever) / twin per graph from the means over seeds; "
             f"running time under a limit of {args.limit_factor:g} x the heuristics' best "
             "peak on every device.\n\n## Levers by setting: mean points (median)\n\n"
-            + pivot(list(done.values())) + "\n## Every arm\n\n" + table(list(done.values())))
+            + pivot(rows) + "\n## Every arm\n\n" + table(rows))
     write_text(args.out, text)
     print(text)
     return 0
 
 
+def _tasks(args, arms, done) -> list[dict]:
+    """The runs asked for that `done` lacks."""
+    tasks = []
+    for folder in args.graphs:
+        paths = sorted(folder.glob("*.npz")) if folder.is_dir() else [folder]
+        paths = paths[:args.limit] if args.limit else paths
+        for path in paths:
+            if args.max_ops and load_graph(path).num_nodes > args.max_ops:
+                continue
+            for budget in args.budgets:
+                for objective in args.objectives:
+                    for devices in args.devices:
+                        for seed in range(args.seeds):
+                            for arm in arms:
+                                task = dict(set=folder.name, path=str(path), devices=devices,
+                                            objective=objective, budget=budget, seed=seed,
+                                            arm=arm, factor=args.limit_factor)
+                                if _key(task) not in done:
+                                    tasks.append(task)
+    return tasks
+
+
+def _run(tasks, workers: int, writer, done) -> None:
+    """Runs `tasks`, each row written to the records as it comes."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(tasks), desc="ceiling runs", unit="run")
+    queue = iter(tasks)
+
+    def start():
+        task = next(queue, None)
+        return None if task is None else (task, run_arm, task)
+
+    def finish(task, get):
+        row = get()
+        writer.write(row)
+        done[_key(row)] = row
+        bar.update()
+
+    with Workers(workers, jobs=len(tasks), ignore_interrupts=True) as pool:
+        pool.run(start, finish)
+    bar.close()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report_user_errors("ceilings.py", main))

@@ -31,17 +31,21 @@ sys.path.insert(0, str(REPO))
 
 from regal import optimizers  # noqa: E402
 from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
+from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.problem import Problem  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 from regal.sim.api import infeasible_offset  # noqa: E402
-from regal.arguments import parse_size  # noqa: E402
+from regal.arguments import (check_device_counts, check_output, device_count,  # noqa: E402
+                             non_negative_int, parse_size, positive_float, positive_int)
 from regal.bounds import lower_bound  # noqa: E402
 from regal.units import format_bytes  # noqa: E402
 
 SEARCHES = ("regal", "local-search")
 ONE_SHOT = ("layer-split", "m-etf", "m-topo")
+LIMIT_FACTOR = 1.3   # --limit-factor's default; the records' keys name any other factor
+RECORD_FIELDS = ("key", "graph", "devices", "method", "what", "limit")
 
 
 def one_device_figures(graph) -> tuple[int, float]:
@@ -95,23 +99,71 @@ def smallest_limit(graph, method: str, count: int, high: int, seed: int,
     return high
 
 
+def graph_files(args) -> list[Path]:
+    """The graph files asked for (`--files`, else `--graphs` by `--batch` and `--models`);
+    a missing one, or a model or batch that matches none, is the user's error."""
+    if args.files:
+        files = [Path(f) for f in args.files]
+        for path in files:
+            if not path.is_file():
+                raise UserError(f"--files {path}: no such file")
+        return files
+    folder = Path(args.graphs)
+    if not folder.is_dir():
+        raise UserError(f"--graphs {folder}: no such folder")
+    everything = sorted(folder.glob("*.npz"))
+    files = [f for f in everything if any(f.name.endswith(f"_b{b}.npz") for b in args.batch)]
+    if not files:
+        raise UserError(f"--graphs {folder}: no graph files for --batch "
+                        f"{' '.join(map(str, args.batch))}")
+    if args.models:
+        unknown = [m for m in args.models if not any(f.name.startswith(m + "_") for f in files)]
+        if unknown:
+            known = sorted({f.name.split("_train")[0].split("_infer")[0] for f in everything})
+            raise UserError(f"--models: no graph of {', '.join(unknown)} at --batch "
+                            f"{' '.join(map(str, args.batch))} in {folder} (models there: "
+                            f"{', '.join(known)})")
+        files = [f for f in files if any(f.name.startswith(m + "_") for m in args.models)]
+    return files
+
+
+def read_records(path: Path) -> dict:
+    """key -> record of `--records` (the writer has cut a torn last line); a file of
+    anything else is the user's error."""
+    try:
+        rows = read_json_lines(path)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"--records {path}: not a JSON-lines file of large-model runs "
+                        f"({exc})") from None
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or any(field not in row for field in RECORD_FIELDS):
+            raise UserError(f"--records {path}: line {number} is not a large-model run")
+    return {row["key"]: row for row in rows}
+
+
 def run(args) -> list[dict]:
     records_file = Path(args.records)
     with JsonLinesWriter(records_file, f"{records_file} is being written by another run") \
             as writer:
-        return _run(args, writer, {r["key"]: r for r in read_json_lines(records_file)})
+        return _run(args, writer, read_records(records_file))
+
+
+def _key(path: Path, count: int, method: str, what: str, args, limit: int) -> str:
+    """A run's key: with `--limit` that limit; else the factor when it is not the default
+    (the records made before the factor was part of the key are all of 1.3)."""
+    key = f"{path.name}|{count}|{method}|{what}|{args.time_limit}|{args.seed}"
+    if args.limit:
+        return key + f"|{limit}"
+    return key + ("" if args.limit_factor == LIMIT_FACTOR else f"|x{args.limit_factor}")
 
 
 def _run(args, writer, done: dict) -> list[dict]:
-    if args.files:
-        files = [Path(f) for f in args.files]
-    else:
-        files = sorted(Path(args.graphs).glob("*.npz"))
-        files = [f for f in files if any(f.name.endswith(f"_b{b}.npz") for b in args.batch)]
-        if args.models:
-            files = [f for f in files if any(f.name.startswith(m + "_") for m in args.models)]
-    if not files:
-        raise SystemExit(f"no graph files for batch {args.batch} in {args.graphs}")
+    from tqdm import tqdm
+
+    files = graph_files(args)
+    whats = ("fit",) if args.fit_only else ("fit", "smallest")
+    bar = tqdm(total=len(files) * len(args.devices) * len(args.methods) * len(whats),
+               desc="large-model runs", unit="run", disable=None)
     out = []
     for path in files:
         graph = load_graph(path)
@@ -120,38 +172,48 @@ def _run(args, writer, done: dict) -> list[dict]:
             limit = args.limit or int(math.ceil(args.limit_factor * one_peak / count))
             bound = int(lower_bound(graph, count).value)   # above the limit: nothing fits
             for method in args.methods:
-                for what in ("fit",) if args.fit_only else ("fit", "smallest"):
-                    key = f"{path.name}|{count}|{method}|{what}|{args.time_limit}|{args.seed}" \
-                        + (f"|{limit}" if args.limit else "")
+                for what in whats:
+                    key = _key(path, count, method, what, args, limit)
                     if key in done:
                         out.append(dict(done[key], lower_bound=bound))
-                        continue
-                    record = {"key": key, "graph": path.name, "ops": graph.num_nodes,
-                              "devices": count, "method": method, "what": what,
-                              "time_limit": args.time_limit, "seed": args.seed,
-                              "one_device_peak": one_peak, "one_device_step_us": one_step,
-                              "limit": limit, "limit_factor": args.limit_factor,
-                              "lower_bound": bound}
-                    if what == "fit":
-                        record.update(placed_run(graph, method, DeviceSpec(count, limit),
-                                                 "makespan", args.time_limit, args.seed))
-                    elif method in SEARCHES:
-                        run_ = placed_run(graph, method, DeviceSpec(count), "peak_memory",
-                                          args.time_limit, args.seed)
-                        record.update(smallest=run_["peak"], how="peak search",
-                                      wall_s=run_["wall_s"])
-                    elif method not in args.bisect:
-                        continue
                     else:
-                        start = time.perf_counter()
-                        record.update(smallest=smallest_limit(graph, method, count, one_peak,
-                                                              args.seed, args.bisection_steps),
-                                      how="bisection", wall_s=time.perf_counter() - start)
-                    writer.write(record)
-                    print(f"{path.name} d={count} {method} {what}: "
-                          f"{_short(record)}", flush=True)
-                    out.append(record)
+                        record = _one_run(args, path, graph, count, method, what, key,
+                                          (one_peak, one_step), limit, bound)
+                        if record is not None:
+                            writer.write(record)
+                            bar.write(f"{path.name} d={count} {method} {what}: "
+                                      f"{_short(record)}", file=sys.stdout)
+                            out.append(record)
+                    bar.update()
+    bar.close()
     return out
+
+
+def _one_run(args, path, graph, count, method, what, key, one_device, limit, bound):
+    """The record of one run (None: a one-shot heuristic that `--bisect` leaves out)."""
+    one_peak, one_step = one_device
+    record = {"key": key, "graph": path.name, "ops": graph.num_nodes,
+              "devices": count, "method": method, "what": what,
+              "time_limit": args.time_limit, "seed": args.seed,
+              "one_device_peak": one_peak, "one_device_step_us": one_step,
+              "limit": limit, "limit_factor": args.limit_factor,
+              "lower_bound": bound}
+    if what == "fit":
+        record.update(placed_run(graph, method, DeviceSpec(count, limit),
+                                 "makespan", args.time_limit, args.seed))
+    elif method in SEARCHES:
+        run_ = placed_run(graph, method, DeviceSpec(count), "peak_memory",
+                          args.time_limit, args.seed)
+        record.update(smallest=run_["peak"], how="peak search",
+                      wall_s=run_["wall_s"])
+    elif method not in args.bisect:
+        return None
+    else:
+        start = time.perf_counter()
+        record.update(smallest=smallest_limit(graph, method, count, one_peak,
+                                              args.seed, args.bisection_steps),
+                      how="bisection", wall_s=time.perf_counter() - start)
+    return record
 
 
 def _short(record: dict) -> str:
@@ -203,16 +265,16 @@ def main(argv=None) -> int:
     parser.add_argument("--title", help="the table's heading")
     parser.add_argument("--fit-only", action="store_true",
                         help="no smallest-limit runs")
-    parser.add_argument("--batch", type=int, nargs="+", default=[1])
-    parser.add_argument("--devices", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--batch", type=positive_int, nargs="+", default=[1])
+    parser.add_argument("--devices", type=device_count, nargs="+", default=[2, 4, 8])
     parser.add_argument("--methods", nargs="+", default=list(SEARCHES + ONE_SHOT))
-    parser.add_argument("--time-limit", type=float, default=60.0)
-    parser.add_argument("--limit-factor", type=float, default=1.3)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-limit", type=positive_float, default=60.0)
+    parser.add_argument("--limit-factor", type=positive_float, default=LIMIT_FACTOR)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--bisect", nargs="+", default=["layer-split", "m-topo"],
                         help="one-shot heuristics whose smallest limit is bisected (default "
                         "layer-split m-topo; m-etf takes minutes a run on 10k ops)")
-    parser.add_argument("--bisection-steps", type=int, default=7,
+    parser.add_argument("--bisection-steps", type=non_negative_int, default=7,
                         help="one-shot heuristics' smallest limit to 1/2**N of the one-device "
                         "peak (default 7)")
     parser.add_argument("--records", default=str(REPO / "experiments" / "results" /
@@ -220,7 +282,20 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(REPO / "experiments" / "results" /
                                              "large_models.md"))
     args = parser.parse_args(argv)
+    check_device_counts(args)
+    for flag, names in (("--methods", args.methods), ("--bisect", args.bisect)):
+        for name in names:
+            try:
+                optimizers.get_method(name)
+            except ValueError as exc:
+                raise UserError(f"{flag}: {exc}") from None
+    graph_files(args)
+    if Path(args.records).is_dir():
+        raise UserError(f"--records {args.records}: is a folder; expected a JSON-lines file")
+    check_output("--records", args.records)
+    check_output("--out", args.out, inputs=(args.records,))
     records = run(args)
+    refuse_empty(records, "--methods and --devices")
     title = args.title or "Large models placed to fit"
     text = (f"# {title}\n\nMade by `python experiments/large_models.py "
             f"{' '.join(argv if argv is not None else sys.argv[1:])}`.\n\n"
@@ -240,4 +315,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_user_errors("large_models.py", main))

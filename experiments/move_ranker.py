@@ -81,7 +81,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from regal.files import JsonLinesWriter, read_json_lines, replacing, write_text  # noqa: E402
+from regal.arguments import (check_device_counts, check_output, device_count,  # noqa: E402
+                             non_negative_float, non_negative_int, positive_int)
+from regal.files import JsonLinesWriter, cut_torn_tail, replacing, write_text  # noqa: E402
+from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
 from regal.search.advantage import GATE_FEATURES, MoveRanker, network_scores  # noqa: E402
@@ -192,8 +195,8 @@ def log_main(args) -> None:
     logs.mkdir(parents=True, exist_ok=True)
     paths = sorted(args.train.glob("*.npz"))[:args.train_count]
     if not paths:
-        raise SystemExit(f"no graphs in {args.train}: run `regal data synth --recipe train "
-                         f"--count 60 --out {args.train}`")
+        raise UserError(f"--train {args.train}: no graphs there: run `regal data synth "
+                        f"--recipe train --count 60 --out {args.train}`")
     tasks = []
     for i, path in enumerate(paths):
         for objective in ("peak_memory", "makespan"):
@@ -257,7 +260,8 @@ def load_logs(folders) -> dict:
             parts["graph"].append(np.full(len(z["r1"]), int(z["graph"])))
             group_base = int(parts["group"][-1].max()) + 1
     if not parts["x"]:
-        raise SystemExit(f"no logs in {', '.join(map(str, folders))}: run the `log` step first")
+        raise UserError(f"--logs {' '.join(map(str, folders))}: no logs there: run the `log` "
+                        "step first")
     return {key: np.concatenate(value) for key, value in parts.items()}
 
 
@@ -670,7 +674,7 @@ def gate_main(args) -> str:
                 parts.append(z["rows"])
                 graphs.append(np.full(len(z["rows"]), int(z["graph"])))
     if not parts:
-        raise SystemExit(f"no gate logs in {args.gate_logs}")
+        raise UserError(f"--gate-logs {args.gate_logs}: no gate logs there")
     rows, graph = np.concatenate(parts), np.concatenate(graphs)
     G = len(GATE_FEATURES)
     x, regime, label = rows[:, :G], rows[:, G].astype(int), rows[:, G + 1]
@@ -853,7 +857,11 @@ def _se(values) -> float:
 
 def eval_main(args) -> str:
     writer = JsonLinesWriter(args.records, f"{args.records} is being written by another run")
-    done = {_key(row): row for row in read_json_lines(args.records)}
+    try:
+        done = {_key(row): row for row in read_records("--records", args.records, EVAL_FIELDS)}
+    except BaseException:
+        writer.close()
+        raise
     paths = sorted(args.valid.glob("*.npz"))[:args.valid_count]
     current = weights_id(args.weights)
     tasks = []
@@ -879,12 +887,12 @@ def eval_main(args) -> str:
     finally:
         writer.close()
     oracle = []
-    if args.ceilings and args.ceilings.is_file():
-        oracle = [json.loads(line) for line in args.ceilings.read_text().splitlines()
-                  if line.strip()]
+    if args.ceilings:
+        oracle = read_records("--ceilings", args.ceilings, CEILINGS_FIELDS, cut=False)
         oracle = [r for r in oracle if r.get("set") == args.valid.name]
     rows = [r for r in done.values() if Path(r["path"]).parent.name == args.valid.name
             and (r["arm"] != "learned" or r.get("weights_id") == current)]
+    refuse_empty(rows, f"--records {args.records} (no runs on --valid {args.valid.name})")
     text = ("Points: 100 x (twin - arm) / twin per graph from the means over seeds (positive: "
             f"the arm is better); learned = the same pipeline with `rank_moves=MoveRanker`, "
             f"draw {DRAW}; placebo = draw {DRAW} in drawing order (the plain climb with other "
@@ -1005,22 +1013,26 @@ def cost_main(args) -> str:
     missing = [str(p) for p in args.cost_graphs if not Path(p).is_file()]
     if missing:
         print(f"cost: skipping missing graphs {missing}", flush=True)
-    for path, devices in itertools.product(graphs, args.cost_devices):
-        for arm in ("twin", "learned"):
-            cost_run(path, arm, 300, 0, args.weights, devices)           # warm-up
-        for repeat in range(args.cost_repeats):
+    from tqdm import tqdm
+
+    # each row is written as it is made: a kill keeps the repeats done
+    with JsonLinesWriter(args.cost_records, f"{args.cost_records} is being written") as writer:
+        read_records("--cost-records", args.cost_records, COST_FIELDS)   # refused if not ours
+        bar = tqdm(total=len(graphs) * len(args.cost_devices) * (1 + args.cost_repeats),
+                   desc="cost runs (pairs)", unit="pair", disable=None)
+        for path, devices in itertools.product(graphs, args.cost_devices):
             for arm in ("twin", "learned"):
-                row = cost_run(path, arm, args.budget, 0, args.weights, devices)
-                row.update(repeat=repeat, run=run)
-                print(json.dumps(row), flush=True)
-                rows.append(row)
-    if rows:
-        writer = JsonLinesWriter(args.cost_records, f"{args.cost_records} is being written")
-        try:
-            for row in rows:
-                writer.write(row)
-        finally:
-            writer.close()
+                cost_run(path, arm, 300, 0, args.weights, devices)           # warm-up
+            bar.update()
+            for repeat in range(args.cost_repeats):
+                for arm in ("twin", "learned"):
+                    row = cost_run(path, arm, args.budget, 0, args.weights, devices)
+                    row.update(repeat=repeat, run=run)
+                    writer.write(row)
+                    bar.write(json.dumps(row), file=sys.stdout)
+                    rows.append(row)
+                bar.update()
+        bar.close()
     return cost_table(rows)
 
 
@@ -1091,7 +1103,12 @@ def _equal_key(row: dict) -> tuple:
 
 def equal_main(args) -> str:
     writer = JsonLinesWriter(args.equal_records, f"{args.equal_records} is being written")
-    done = {_equal_key(row): row for row in read_json_lines(args.equal_records)}
+    try:
+        done = {_equal_key(row): row
+                for row in read_records("--equal-records", args.equal_records, EQUAL_FIELDS)}
+    except BaseException:
+        writer.close()
+        raise
     current = weights_id(args.weights)
     paths = sorted(args.valid.glob("*.npz"))[:args.valid_count] + \
         [Path(p) for p in args.equal_large if Path(p).is_file()]
@@ -1177,7 +1194,7 @@ def equal_section(args) -> str:
     """The section `cost` and `equal` write into `--out`, from their records (the latest
     `cost` run; every `equal` run of the current weights and budget)."""
     by_threads: dict = {}                     # the latest run on each number of threads
-    for r in read_json_lines(args.cost_records):
+    for r in read_records("--cost-records", args.cost_records, COST_FIELDS):
         by_threads.setdefault(r.get("threads", 1), []).append(r)
     cost_tables = []
     for threads, rows in sorted(by_threads.items()):
@@ -1186,7 +1203,7 @@ def equal_section(args) -> str:
                            f"(`--workers {threads}`, run {latest}):\n\n"
                            + cost_table([r for r in rows if r.get("run", "") == latest]))
     current = weights_id(args.weights)
-    equal_rows = [r for r in read_json_lines(args.equal_records)
+    equal_rows = [r for r in read_records("--equal-records", args.equal_records, EQUAL_FIELDS)
                   if r.get("weights_id") == current and r["budget"] == args.budget]
     return ("Made by `python experiments/move_ranker.py cost` and `... equal` (commands in "
             "the notes below; one process, numba on one thread unless said, on a machine shared with other "
@@ -1224,6 +1241,47 @@ def equal_section(args) -> str:
                                   "against every method at equal wall time.\n"))
 
 
+def read_records(flag: str, path: Path, fields: tuple, cut: bool = True) -> list[dict]:
+    """The rows of a JSON-lines records file (none when it is missing). `cut`: a torn last
+    line (a killed run) is cut first, as the writer does; an input of another script
+    (`--ceilings`) is not changed: its torn last line is left out. A file that holds
+    anything else is the user's error."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{flag} {path}: is a folder; expected a JSON-lines file")
+    if not path.is_file():
+        return []
+    if cut:
+        cut_torn_tail(path)
+        lines = path.read_bytes().splitlines()
+    else:
+        lines = path.read_bytes().splitlines(keepends=True)
+        if lines and not lines[-1].endswith(b"\n"):
+            lines.pop()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise UserError(f"{flag} {path}: line {number} is not JSON ({exc})") from None
+        if not isinstance(row, dict) or any(field not in row for field in fields):
+            raise UserError(f"{flag} {path}: line {number} is not a record of this kind (it "
+                            f"lacks some of {', '.join(fields)})")
+        rows.append(row)
+    return rows
+
+
+# what tells this script's records apart (a ceilings run has no `weights` nor `ranker_s`)
+EVAL_FIELDS = ("path", "devices", "objective", "budget", "seed", "arm", "value", "weights",
+               "ranker_s")
+EQUAL_FIELDS = ("path", "devices", "budget", "seed", "arm", "value", "weights", "ranker_s",
+                "cpu_s")
+COST_FIELDS = ("graph", "ops", "arm", "wall_s", "policy_s", "untried_s")
+CEILINGS_FIELDS = ("arm", "objective", "devices", "budget", "path", "seed", "value")
+
+
 def _replace_section(path: Path, title: str, body: str) -> None:
     """`path` with the section `title` (up to the next "## ") set to `body` (added at the end
     when absent)."""
@@ -1238,20 +1296,77 @@ def _replace_section(path: Path, title: str, body: str) -> None:
     write_text(path, text)
 
 
+def _graph_folder(flag: str, folder: Path) -> None:
+    if not Path(folder).is_dir():
+        raise UserError(f"{flag} {folder}: no such folder")
+    if not any(Path(folder).glob("*.npz")):
+        raise UserError(f"{flag} {folder}: no .npz graph files in this folder")
+
+
+def check_arguments(parser, args) -> None:
+    """Every input the step reads and every output it writes, checked before any work: a
+    mistake is one line naming the flag (exit code 2), and no section of `--out` is
+    replaced by an empty one."""
+    step = args.step
+    for name in ("keep", "plain_share", "gate_share"):
+        if getattr(args, name) > 1:
+            parser.error(f"--{name.replace('_', '-')}: expected a share in 0..1, "
+                         f"got {getattr(args, name)}")
+    try:
+        check_device_counts(argparse.Namespace(devices=args.cost_devices))
+    except ValueError as exc:
+        raise UserError(str(exc).replace("--devices", "--cost-devices")) from None
+    if step in ("log", "all"):
+        _graph_folder("--train", args.train)
+        check_output("--logs", args.logs[0], folder=True)
+        if args.follow is not None and not args.follow.is_file():
+            raise UserError(f"--follow {args.follow}: no such file")
+    if step == "fit":
+        for folder in args.logs:
+            if not folder.is_dir():
+                raise UserError(f"--logs {folder}: no such folder")
+    if step in ("fit", "all"):
+        check_output("--weights", args.weights)
+    if step in ("gate", "all"):
+        for folder in args.gate_train:
+            _graph_folder("--gate-train", folder)
+        check_output("--gate-logs", args.gate_logs, folder=True)
+        check_output("--gate-out", args.gate_out)
+    if step in ("eval", "timing", "equal", "all"):
+        _graph_folder("--valid", args.valid)
+    if step in ("gate", "eval", "timing", "cost", "equal") and not args.weights.is_file():
+        raise UserError(f"--weights {args.weights}: no such file (the `fit` step writes it)")
+    if step in ("eval", "all"):
+        check_output("--records", args.records)
+        if args.ceilings is not None and args.ceilings.is_dir():
+            raise UserError(f"--ceilings {args.ceilings}: is a folder; expected a JSON-lines "
+                            "file")
+    if step == "cost":
+        check_output("--cost-records", args.cost_records)
+        if not any(Path(p).is_file() for p in args.cost_graphs):
+            raise UserError(f"--cost-graphs {' '.join(map(str, args.cost_graphs))}: none of "
+                            "these files exists")
+    if step == "equal":
+        check_output("--equal-records", args.equal_records)
+    check_output("--out", args.out, inputs=(args.records, args.cost_records,
+                                            args.equal_records))
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("step", choices=("log", "fit", "gate", "eval", "timing", "cost",
                                          "equal", "all"))
     parser.add_argument("--train", type=Path, default=TRAIN)
-    parser.add_argument("--train-count", type=int, default=60)
+    parser.add_argument("--train-count", type=positive_int, default=60)
     parser.add_argument("--logs", type=Path, nargs="+", default=[LOGS],
                         help="log: writes into the first; fit: reads them all")
-    parser.add_argument("--graph-base", type=int, default=0,
+    parser.add_argument("--graph-base", type=non_negative_int, default=0,
                         help="log: the first graph's index (graphs whose index is 3 mod 4 "
                              "are held out by fit; give each logging run its own range)")
-    parser.add_argument("--log-budget", type=int, default=3000)
-    parser.add_argument("--keep", type=float, default=0.5, help="share of logged steps stored")
-    parser.add_argument("--plain-share", type=float, default=0.3,
+    parser.add_argument("--log-budget", type=positive_int, default=3000)
+    parser.add_argument("--keep", type=non_negative_float, default=0.5,
+                        help="share of logged steps stored")
+    parser.add_argument("--plain-share", type=non_negative_float, default=0.3,
                         help="share of logging steps that follow the drawing order")
     parser.add_argument("--follow", type=Path, default=None,
                         help="log: the climbs follow this ranker's choice (weights file) "
@@ -1266,7 +1381,7 @@ def main(argv=None) -> int:
     parser.add_argument("--gate-regimes", nargs="+", default=["peak_memory"], choices=REGIMES,
                         help="gate: the regimes that get one (under running time the gate "
                              "changed nothing on the validation graphs)")
-    parser.add_argument("--gate-share", type=float, default=0.15,
+    parser.add_argument("--gate-share", type=non_negative_float, default=0.15,
                         help="gate: the share of logged steps whose logit is below the "
                              "threshold (0.15 was the best of 0.11, 0.15, 0.20, 0.26 on the "
                              "validation graphs)")
@@ -1275,11 +1390,11 @@ def main(argv=None) -> int:
                         help="fit: the fit shipped per regime (best: the best held-out gain); "
                              "listwise was chosen by the climbs on the validation graphs")
     parser.add_argument("--valid", type=Path, default=VALID)
-    parser.add_argument("--valid-count", type=int, default=16)
-    parser.add_argument("--budgets", nargs="+", type=int, default=[1000, 5000])
+    parser.add_argument("--valid-count", type=positive_int, default=16)
+    parser.add_argument("--budgets", nargs="+", type=positive_int, default=[1000, 5000])
     parser.add_argument("--objectives", nargs="+", default=["peak_memory", "makespan"],
                         choices=("peak_memory", "makespan"))
-    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--seeds", type=positive_int, default=2)
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS),
                         help="twin, learned (the ranker at draw 4), placebo (draw 4 in drawing "
                              "order: the noise floor)")
@@ -1287,16 +1402,18 @@ def main(argv=None) -> int:
     parser.add_argument("--records", type=Path, default=RECORDS)
     parser.add_argument("--ceilings", type=Path, default=CEILINGS)
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--budget", type=int, default=5000, help="cost and equal: evaluations")
+    parser.add_argument("--workers", type=positive_int, default=1)
+    parser.add_argument("--budget", type=positive_int, default=5000,
+                        help="cost and equal: evaluations")
     parser.add_argument("--cost-graphs", nargs="+", type=Path, default=[LARGE, LARGE10K])
-    parser.add_argument("--cost-repeats", type=int, default=3)
-    parser.add_argument("--cost-devices", nargs="+", type=int, default=[2])
+    parser.add_argument("--cost-repeats", type=positive_int, default=3)
+    parser.add_argument("--cost-devices", nargs="+", type=device_count, default=[2])
     parser.add_argument("--cost-records", type=Path, default=COST_RECORDS)
     parser.add_argument("--equal-records", type=Path, default=EQUAL_RECORDS)
     parser.add_argument("--equal-large", nargs="*", type=Path, default=[],
                         help="equal: graphs beyond the validation ones (e.g. the ~2,000-op)")
     args = parser.parse_args(argv)
+    check_arguments(parser, args)
     if args.workers == 1:
         set_numba_threads(1)
     command = " ".join(["python experiments/move_ranker.py", *(argv or sys.argv[1:])])
@@ -1324,4 +1441,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report_user_errors("move_ranker.py", main))
