@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from regal import harness, optimizers  # noqa: E402
 from regal.arguments import check_output, positive_int  # noqa: E402
-from regal.files import JsonLinesWriter, cut_torn_tail, read_json_lines, write_text  # noqa: E402
+from regal.files import JsonLinesWriter, read_own_rows, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.regal_method import same_policy_dir  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
@@ -79,21 +79,15 @@ CACHE_FIELDS = ("key", "budget", "brkga_5k", "brkga_final",
 
 
 def read_cache(path: Path) -> dict:
-    """(graph key, BRKGA budget) -> the cached row. A torn last line (a killed run) is cut
-    first; a file of anything else is the user's error. Each row's budget is part of its
-    key: a rerun with another `--budget` runs BRKGA again instead of reusing these."""
-    cut_torn_tail(path)
-    try:
-        rows = read_json_lines(path)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"--cache {path}: not a JSON-lines file of this script ({exc})") \
-            from None
+    """(graph key, BRKGA budget) -> the cached row (`regal.files.read_own_rows`: a torn last
+    line cut first, a file of anything else refused). Each row's budget is part of its key:
+    a rerun with another `--budget` runs BRKGA again instead of reusing these."""
     done = {}
-    for number, row in enumerate(rows, 1):
-        if not isinstance(row, dict) or any(field not in row for field in CACHE_FIELDS) \
-                or not isinstance(row["key"], list) or len(row["key"]) != 5:
+    for number, row in enumerate(read_own_rows(path, CACHE_FIELDS, "--cache",
+                                               "row of brkga_equivalent.py"), 1):
+        if not isinstance(row["key"], list) or len(row["key"]) != 5:
             raise UserError(f"--cache {path}: line {number} is not a row of "
-                            "brkga_equivalent.py")
+                            "brkga_equivalent.py (its key is not five values)")
         done[(tuple(row["key"]), row["budget"])] = row
     return done
 

@@ -54,7 +54,7 @@ from regal import optimizers, regal_method  # noqa: E402
 from regal.arguments import (check_device_counts, check_output, device_count,  # noqa: E402
                              non_negative_int, positive_int)
 from regal.decode import encode  # noqa: E402
-from regal.files import JsonLinesWriter, cut_torn_tail, read_json_lines, write_text  # noqa: E402
+from regal.files import JsonLinesWriter, read_own_rows, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
 from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
@@ -182,20 +182,9 @@ CACHE_FIELDS = ("schedule", "split", "graph", "devices", "seed", "budget", "valu
 
 
 def read_cache(path: Path) -> list[dict]:
-    """The runs in the cache; a torn last line (a killed run) is cut first, and a file of
-    anything else is the user's error (it is neither read nor appended to)."""
-    cut_torn_tail(path)
-    try:
-        rows = read_json_lines(path)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"--cache {path}: not a JSON-lines file of schedule runs ({exc})") \
-            from None
-    for number, row in enumerate(rows, 1):
-        if not isinstance(row, dict) or any(field not in row for field in CACHE_FIELDS):
-            raise UserError(f"--cache {path}: line {number} is not a schedule run (it lacks "
-                            f"some of {', '.join(CACHE_FIELDS)})")
-    return rows
-
+    """The runs in the cache (`regal.files.read_own_rows`: a torn last line cut first, a file
+    of anything else refused, neither read nor appended to)."""
+    return read_own_rows(path, CACHE_FIELDS, "--cache", "schedule run")
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -62,7 +62,7 @@ sys.path.insert(0, str(REPO))
 
 from regal.arguments import (check_device_counts, check_output, device_count,  # noqa: E402
                              positive_float, positive_int)
-from regal.files import JsonLinesWriter, cut_torn_tail, read_json_lines, write_text  # noqa: E402
+from regal.files import JsonLinesWriter, read_own_rows, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
 from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
@@ -228,20 +228,9 @@ RECORD_FIELDS = ("set", "path", "devices", "objective", "budget", "seed", "arm",
 
 
 def read_records(path: Path) -> list[dict]:
-    """The runs in `--records`; a torn last line (a killed run) is cut first. A file that
-    holds anything else (another script's lines, garbled text) is the user's error."""
-    cut_torn_tail(path)
-    try:
-        rows = read_json_lines(path)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"--records {path}: not a JSON-lines file of ceiling runs ({exc})") \
-            from None
-    for number, row in enumerate(rows, 1):
-        if not isinstance(row, dict) or any(field not in row for field in RECORD_FIELDS):
-            raise UserError(f"--records {path}: line {number} is not a ceiling run (it lacks "
-                            f"some of {', '.join(RECORD_FIELDS)})")
-    return rows
-
+    """The runs in `--records` (`regal.files.read_own_rows`: a torn last line cut first,
+    another script's lines or garbled text refused)."""
+    return read_own_rows(path, RECORD_FIELDS, "--records", "ceiling run")
 
 def _key(row: dict) -> tuple:
     return (row["set"], Path(row["path"]).name, row["devices"], row["objective"],

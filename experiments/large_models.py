@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from regal import optimizers  # noqa: E402
-from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
+from regal.files import JsonLinesWriter, read_own_rows, write_text  # noqa: E402
 from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.problem import Problem  # noqa: E402
@@ -128,18 +128,10 @@ def graph_files(args) -> list[Path]:
 
 
 def read_records(path: Path) -> dict:
-    """key -> record of `--records` (the writer has cut a torn last line); a file of
-    anything else is the user's error."""
-    try:
-        rows = read_json_lines(path)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"--records {path}: not a JSON-lines file of large-model runs "
-                        f"({exc})") from None
-    for number, row in enumerate(rows, 1):
-        if not isinstance(row, dict) or any(field not in row for field in RECORD_FIELDS):
-            raise UserError(f"--records {path}: line {number} is not a large-model run")
-    return {row["key"]: row for row in rows}
-
+    """key -> record of `--records` (`regal.files.read_own_rows`; the writer has cut a torn
+    last line); a file of anything else is the user's error."""
+    return {row["key"]: row for row in read_own_rows(path, RECORD_FIELDS, "--records",
+                                                      "large-model run")}
 
 def run(args) -> list[dict]:
     records_file = Path(args.records)
@@ -302,12 +294,12 @@ def main(argv=None) -> int:
             + (f"Per-device limit {format_bytes(args.limit)} for every graph; " if args.limit
                else f"Per-device limit = {args.limit_factor} x the one-device peak / devices; ")
             + f"time limit {args.time_limit:g} s per search run (one process); step in "
-            f"parentheses: the answer does not fit; \"no, proven\": the lower bound on any "
-            f"placement's highest peak (`regal.bounds`) is above the limit, so nothing fits."
+            "parentheses: the answer does not fit; \"no, proven\": the lower bound on any "
+            "placement's highest peak (`regal.bounds`) is above the limit, so nothing fits."
             + ("" if args.fit_only else " Smallest limit: searches, the lowest peak found "
                "minimising peak memory; one-shot heuristics, bisection.")
             + " One-device figures: the whole graph in a topological order (breadth first: "
-            f"on a micro-batched graph it runs the micro-batches side by side).\n\n"
+            "on a micro-batched graph it runs the micro-batches side by side).\n\n"
             + tables(records) + "\n")
     print(text)
     write_text(args.out, text)

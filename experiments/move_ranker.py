@@ -83,7 +83,7 @@ sys.path.insert(0, str(REPO))
 
 from regal.arguments import (check_device_counts, check_output, device_count,  # noqa: E402
                              non_negative_float, non_negative_int, positive_int)
-from regal.files import JsonLinesWriter, cut_torn_tail, replacing, write_text  # noqa: E402
+from regal.files import JsonLinesWriter, read_own_rows, replacing, write_text  # noqa: E402
 from regal.user_errors import UserError, refuse_empty, report_user_errors  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
@@ -1242,35 +1242,9 @@ def equal_section(args) -> str:
 
 
 def read_records(flag: str, path: Path, fields: tuple, cut: bool = True) -> list[dict]:
-    """The rows of a JSON-lines records file (none when it is missing). `cut`: a torn last
-    line (a killed run) is cut first, as the writer does; an input of another script
-    (`--ceilings`) is not changed: its torn last line is left out. A file that holds
-    anything else is the user's error."""
-    path = Path(path)
-    if path.is_dir():
-        raise UserError(f"{flag} {path}: is a folder; expected a JSON-lines file")
-    if not path.is_file():
-        return []
-    if cut:
-        cut_torn_tail(path)
-        lines = path.read_bytes().splitlines()
-    else:
-        lines = path.read_bytes().splitlines(keepends=True)
-        if lines and not lines[-1].endswith(b"\n"):
-            lines.pop()
-    rows = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise UserError(f"{flag} {path}: line {number} is not JSON ({exc})") from None
-        if not isinstance(row, dict) or any(field not in row for field in fields):
-            raise UserError(f"{flag} {path}: line {number} is not a record of this kind (it "
-                            f"lacks some of {', '.join(fields)})")
-        rows.append(row)
-    return rows
+    """The rows of a JSON-lines records file, `regal.files.read_own_rows` (`cut` false for
+    another script's file, `--ceilings`: its torn last line is left out, not cut)."""
+    return read_own_rows(path, fields, flag, cut=cut)
 
 
 # what tells this script's records apart (a ceilings run has no `weights` nor `ranker_s`)

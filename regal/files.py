@@ -34,7 +34,8 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["replacing", "write_bytes", "write_text", "write_json", "json_text", "Lock",
-           "JsonLinesWriter", "WriteError", "WRITE_ERRNOS", "cut_torn_tail", "read_json_lines"]
+           "JsonLinesWriter", "WriteError", "WRITE_ERRNOS", "cut_torn_tail", "read_json_lines",
+           "read_own_rows"]
 
 # what a full or failing disk looks like: the CLI turns these into one line, never a traceback
 WRITE_ERRNOS = frozenset(code for code in (errno.ENOSPC, errno.EFBIG, errno.EIO,
@@ -237,6 +238,40 @@ def read_json_lines(path) -> list:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_own_rows(path, fields, flag: str, kind: str = "record of this kind",
+                  cut: bool = True) -> list[dict]:
+    """The rows of a script's own JSON-lines file, [] when there is none. A torn last line (a
+    killed run) is cut first, as its writer does; with `cut` false (another script's file,
+    read and never changed) it is left out instead. A folder, a line that is not JSON, or a
+    row without every one of `fields` is the user's error (a UserError naming `flag`, the
+    file and the line), so that a wrong path is neither read as empty nor appended to."""
+    from regal.user_errors import UserError
+
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{flag} {path}: is a folder; expected a JSON-lines file")
+    if not path.is_file():
+        return []
+    if cut:
+        cut_torn_tail(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    if lines and not lines[-1].endswith(b"\n"):
+        lines.pop()                     # torn, and not ours to cut
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise UserError(f"{flag} {path}: line {number} is not JSON ({exc})") from None
+        if not isinstance(row, dict) or any(field not in row for field in fields):
+            raise UserError(f"{flag} {path}: line {number} is not a {kind} (it lacks some of "
+                            f"{', '.join(fields)})")
+        rows.append(row)
+    return rows
 
 
 def cut_torn_tail(path) -> None:

@@ -30,7 +30,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from regal.graph import ComputationGraph
 from regal.graph_builder import GraphBuilder
@@ -174,12 +173,48 @@ def refused(argv, capsys, needle: str) -> str:
     return err
 
 
-def script_refused(main, argv, capsys, needle: str) -> None:
-    """Runs an experiment script's `main(argv)`: it must refuse with exit code 2 and an error
-    that names `needle`."""
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2 and needle in capsys.readouterr().err
+def script_refused(main, argv, capsys, needle: str):
+    """Runs an experiment script's `main(argv)` as its command line does (through
+    `regal.user_errors.report_user_errors`): it must refuse with exit code 2 (its own or
+    argparse's), exactly one error line, which names `needle`, and no traceback. Returns
+    what it printed (`capsys.readouterr()`: out, err)."""
+    from regal.user_errors import report_user_errors
+
+    try:
+        code = report_user_errors("script", lambda: main(argv))
+    except SystemExit as exc:   # argparse's own refusal
+        code = exc.code
+    captured = capsys.readouterr()
+    err = captured.err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and "Traceback" not in err, err
+    assert len(errors) == 1 and needle in errors[0], (needle, err)
+    return captured
+
+
+def script_help(main, capsys) -> str:
+    """An experiment script's `--help` (exit code 0), its whitespace folded to single spaces
+    (argparse wraps the description where the terminal ends)."""
+    try:
+        main(["--help"])
+    except SystemExit as exc:
+        assert exc.code == 0, exc.code
+    else:
+        raise AssertionError("--help did not exit")
+    return " ".join(capsys.readouterr().out.split())
+
+
+def experiment_keeping_numba_threads(name: str):
+    """`experiment(name)` for a script that pins numba to one thread for its own process
+    (NUMBA_NUM_THREADS): the variable is put back, so later tests keep their threads."""
+    saved = os.environ.get("NUMBA_NUM_THREADS")
+    try:
+        return experiment(name)
+    finally:
+        if saved is None:
+            os.environ.pop("NUMBA_NUM_THREADS", None)
+        else:
+            os.environ["NUMBA_NUM_THREADS"] = saved
 
 
 def run_regal(argv, *, file_limit: int | None = None, read_lines: int | None = None,

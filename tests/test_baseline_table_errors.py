@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import experiment
+from helpers import experiment, script_help, script_refused
 from regal.user_errors import report_user_errors
 
 
@@ -27,14 +27,7 @@ def script():
 def test_mistakes_are_refused_before_any_work(script, tmp_path, capsys, flags, needle):
     argv = ["--quick", "--runs", str(tmp_path / "runs"), "--tables", str(tmp_path / "tables"),
             *flags]
-    try:
-        code = report_user_errors("baseline_table.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
+    script_refused(script.main, argv, capsys, needle)
     assert not (tmp_path / "runs").exists() and not (tmp_path / "tables").exists()
 
 
@@ -46,7 +39,5 @@ def test_a_tables_path_that_is_a_file_is_refused(script, tmp_path, capsys):
 
 
 def test_help_describes_in_whole_sentences(script, capsys):
-    with pytest.raises(SystemExit):
-        script.main(["--help"])
-    text = " ".join(capsys.readouterr().out.split())
+    text = script_help(script.main, capsys)
     assert "on the real graph set, through the resumable harness, then Table 1." in text

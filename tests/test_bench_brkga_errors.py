@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import experiment
-from regal.user_errors import report_user_errors
+from helpers import experiment, script_refused
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +26,4 @@ def test_a_mistake_is_one_line_and_exit_2_before_any_run(script, monkeypatch, tm
                                                           capsys, argv, needle):
     monkeypatch.setattr(script, "evaluate", lambda *a, **k: pytest.fail("a timing started"))
     argv = ["--ops", "20", *(a.replace("{tmp}", str(tmp_path)) for a in argv)]
-    try:
-        code = report_user_errors("bench_brkga.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
+    script_refused(script.main, argv, capsys, needle)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import experiment
-from regal.user_errors import report_user_errors
+from helpers import experiment, script_refused
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -15,14 +14,7 @@ from regal.user_errors import report_user_errors
 ])
 def test_a_mistake_is_one_line_and_exit_2(capsys, argv, needle):
     script = experiment("bench_io")
-    try:
-        code = report_user_errors("bench_io.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    captured = capsys.readouterr()
-    errors = [line for line in captured.err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in captured.err, captured.err
-    assert len(errors) == 1 and needle in errors[0], (needle, captured.err)
+    captured = script_refused(script.main, argv, capsys, needle)
     assert captured.out == ""   # no graph was built
 
 

@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-from helpers import experiment
-from regal.user_errors import report_user_errors
+from helpers import experiment, script_refused
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -22,12 +21,5 @@ def test_a_mistake_is_one_line_and_exit_2(monkeypatch, capsys, argv, needle):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", os.environ.get("TF_USE_LEGACY_KERAS", "1"))
     script = experiment("bench_policy")
-    try:
-        code = report_user_errors("bench_policy.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    captured = capsys.readouterr()
-    errors = [line for line in captured.err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in captured.err, captured.err
-    assert len(errors) == 1 and needle in errors[0], (needle, captured.err)
+    captured = script_refused(script.main, argv, capsys, needle)
     assert captured.out == ""   # nothing timed

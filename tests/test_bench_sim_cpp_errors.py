@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from helpers import ROOT, experiment
+from helpers import ROOT, experiment, script_refused
 from regal.user_errors import UserError, report_user_errors
 
 
@@ -34,14 +34,7 @@ def test_its_user_error_is_the_shared_one(script):
 def test_a_mistake_is_one_line_and_exit_2(script, monkeypatch, capsys, argv, needle):
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     monkeypatch.setattr(script, "build", lambda *a: pytest.fail("a build started"))
-    try:
-        code = report_user_errors("bench_sim_cpp.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    captured = capsys.readouterr()
-    errors = [line for line in captured.err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in captured.err, captured.err
-    assert len(errors) == 1 and needle in errors[0], (needle, captured.err)
+    captured = script_refused(script.main, argv, capsys, needle)
     assert captured.out == ""
 
 

@@ -8,10 +8,9 @@ import json
 
 import pytest
 
-from helpers import brkga_and_local_search_run, experiment, one_synthetic_graph
+from helpers import brkga_and_local_search_run, experiment, one_synthetic_graph, script_refused
 from regal import harness
 from regal.optimizers import method_revision
-from regal.user_errors import report_user_errors
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +32,6 @@ def run(tmp_path_factory):
         fh.write(json.dumps(regal) + "\n")
     return folder, out / "records.jsonl"
 
-
-def _refused(script, argv, capsys, needle: str) -> None:
-    try:
-        code = report_user_errors("brkga_equivalent.py", lambda: script.main(argv))
-    except SystemExit as exc:
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
 
 
 def _cache(path):
@@ -91,7 +80,7 @@ def test_bad_input_is_refused_before_any_curve(script, run, tmp_path, capsys, ch
     folder, records = run
     flags = {"--records": str(records), "--graphs": str(folder),
              "--out": str(tmp_path / "eq.md"), "--budget": "300", **change}
-    _refused(script, [part for item in flags.items() for part in item], capsys, needle)
+    script_refused(script.main, [part for item in flags.items() for part in item], capsys, needle)
     assert not (tmp_path / "eq.jsonl").exists() and not (tmp_path / "eq.md").exists()
 
 
@@ -100,9 +89,10 @@ def test_an_unreadable_cache_is_refused_and_kept(script, run, tmp_path, capsys):
     cache = tmp_path / "other.jsonl"
     for text in ('{"peak": 1}\n', "not json\n"):
         cache.write_text(text)
-        _refused(script, ["--records", str(records), "--graphs", str(folder), "--out",
-                          str(tmp_path / "eq.md"), "--cache", str(cache), "--budget", "300"],
-                 capsys, str(cache))
+        script_refused(script.main,
+                       ["--records", str(records), "--graphs", str(folder), "--out",
+                        str(tmp_path / "eq.md"), "--cache", str(cache), "--budget", "300"],
+                       capsys, str(cache))
         assert cache.read_text() == text and not (tmp_path / "eq.md").exists()
 
 
@@ -112,6 +102,8 @@ def test_graphs_that_match_no_record_keep_the_committed_table(script, run, tmp_p
     one_synthetic_graph(tmp_path / "other", 10, 14, 4)      # a graph the records lack
     out = tmp_path / "eq.md"
     out.write_text("committed\n")
-    _refused(script, ["--records", str(records), "--graphs", str(tmp_path / "other"),
-                      "--out", str(out), "--budget", "300"], capsys, "nothing to tabulate")
+    script_refused(script.main,
+                   ["--records", str(records), "--graphs", str(tmp_path / "other"), "--out",
+                    str(out), "--budget", "300"],
+                   capsys, "nothing to tabulate")
     assert out.read_text() == "committed\n"

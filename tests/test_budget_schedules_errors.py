@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import experiment, one_synthetic_graph
-from regal.user_errors import report_user_errors
+from helpers import experiment, one_synthetic_graph, script_refused
 
 
 @pytest.fixture(scope="module")
@@ -28,16 +27,6 @@ def folder(tmp_path_factory):
     return folder
 
 
-def _refused(script, argv, capsys, needle: str) -> None:
-    try:
-        code = report_user_errors("budget_schedules.py", lambda: script.main(argv))
-    except SystemExit as exc:
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
-
 
 def _argv(folder, out):
     return ["--graphs", str(folder), "--devices", "2", "--seeds", "0", "--budget", "100",
@@ -51,19 +40,19 @@ def _argv(folder, out):
     (["--cache", "/nonexistent/dir/t.jsonl"], "/nonexistent/dir"),
 ])
 def test_bad_values_are_refused_before_any_run(script, folder, tmp_path, capsys, flags, needle):
-    _refused(script, _argv(folder, tmp_path / "t.md") + flags, capsys, needle)
+    script_refused(script.main, _argv(folder, tmp_path / "t.md") + flags, capsys, needle)
     assert not (tmp_path / "t.jsonl").exists() and not (tmp_path / "t.md").exists()
 
 
 def test_a_cache_that_is_a_folder_or_another_file_is_refused_and_kept(script, folder, tmp_path,
                                                                        capsys):
-    _refused(script, _argv(folder, tmp_path / "t.md") + ["--cache", str(tmp_path)], capsys,
-             "is a folder")
+    script_refused(script.main, _argv(folder, tmp_path / "t.md") + ["--cache", str(tmp_path)],
+                   capsys, "is a folder")
     other = tmp_path / "other.jsonl"
     for text in ('{"key": "x", "peak": 1}\n', "garbled\n"):
         other.write_text(text)
-        _refused(script, _argv(folder, tmp_path / "t.md") + ["--cache", str(other)], capsys,
-                 str(other))
+        script_refused(script.main, _argv(folder, tmp_path / "t.md") + ["--cache", str(other)],
+                       capsys, str(other))
         assert other.read_text() == text and not (tmp_path / "t.md").exists()
 
 

@@ -8,25 +8,13 @@ import json
 
 import pytest
 
-from helpers import experiment
-from regal.user_errors import report_user_errors
+from helpers import experiment, script_refused
 
 
 @pytest.fixture(scope="module")
 def script():
     return experiment("ceilings")
 
-
-def _refused(script, argv, capsys, needle: str) -> str:
-    try:
-        code = report_user_errors("ceilings.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
-    return errors[0]
 
 
 def _row(arm, graph, seed, value, factor=1.2, objective="makespan"):
@@ -52,11 +40,15 @@ def setup(tmp_path):
 def test_a_typo_in_records_keeps_the_committed_table(script, setup, tmp_path, capsys):
     graphs, out = setup
     typo = tmp_path / "typo.jsonl"
-    _refused(script, ["--graphs", str(graphs), "--records", str(typo), "--out", str(out),
-                      "--table-only"], capsys, str(typo))
+    script_refused(script.main,
+                   ["--graphs", str(graphs), "--records", str(typo), "--out", str(out),
+                    "--table-only"],
+                   capsys, str(typo))
     assert out.read_text() == "# the committed table\n" and not typo.exists()
-    _refused(script, ["--graphs", str(graphs), "--records", str(tmp_path), "--out", str(out),
-                      "--table-only"], capsys, "is a folder")
+    script_refused(script.main,
+                   ["--graphs", str(graphs), "--records", str(tmp_path), "--out", str(out),
+                    "--table-only"],
+                   capsys, "is a folder")
     assert out.read_text() == "# the committed table\n"
 
 
@@ -64,11 +56,14 @@ def test_another_files_lines_are_refused_and_left_alone(script, setup, tmp_path,
     graphs, out = setup
     other = tmp_path / "other.jsonl"
     other.write_text('{"key": "x|2", "peak": 3}\n')
-    _refused(script, ["--graphs", str(graphs), "--records", str(other), "--out", str(out),
-                      "--table-only"], capsys, "line 1 is not a ceiling run")
+    script_refused(script.main,
+                   ["--graphs", str(graphs), "--records", str(other), "--out", str(out),
+                    "--table-only"],
+                   capsys, "line 1 is not a ceiling run")
     other.write_text("not json\n")
-    _refused(script, ["--graphs", str(graphs), "--records", str(other), "--out", str(out)],
-             capsys, str(other))
+    script_refused(script.main,
+                   ["--graphs", str(graphs), "--records", str(other), "--out", str(out)], capsys,
+                   str(other))
     assert other.read_text() == "not json\n" and out.read_text() == "# the committed table\n"
 
 
@@ -82,14 +77,16 @@ def test_another_files_lines_are_refused_and_left_alone(script, setup, tmp_path,
 def test_bad_values_are_refused_before_any_run(script, setup, tmp_path, capsys, flags, needle):
     graphs, out = setup
     argv = ["--graphs", str(graphs), "--records", str(tmp_path / "r.jsonl"), "--out", str(out)]
-    _refused(script, argv + flags, capsys, needle)
+    script_refused(script.main, argv + flags, capsys, needle)
     assert not (tmp_path / "r.jsonl").exists() and out.read_text() == "# the committed table\n"
 
 
 def test_an_empty_graph_folder_is_refused(script, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    _refused(script, ["--graphs", str(tmp_path / "empty"), "--records", str(tmp_path / "r.jsonl"),
-                      "--out", str(tmp_path / "c.md")], capsys, "no .npz graph files")
+    script_refused(script.main,
+                   ["--graphs", str(tmp_path / "empty"), "--records", str(tmp_path / "r.jsonl"),
+                    "--out", str(tmp_path / "c.md")],
+                   capsys, "no .npz graph files")
 
 
 def test_a_torn_last_line_is_cut_and_the_table_made(script, setup, tmp_path, capsys):
@@ -121,5 +118,6 @@ def test_the_table_holds_the_runs_of_one_limit_factor(script, setup, tmp_path, c
     assert script.main(argv) == 0      # at 1.2: brkga-only against the twin of 1.2
     assert "(2 runs)" in out.read_text() and "| brkga-only | 1 | +50.00 |" in out.read_text()
     before = out.read_text()
-    _refused(script, argv + ["--limit-factor", "2"], capsys, "no runs at --limit-factor 2")
+    script_refused(script.main, argv + ["--limit-factor", "2"], capsys,
+                   "no runs at --limit-factor 2")
     assert out.read_text() == before

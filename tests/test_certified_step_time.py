@@ -7,11 +7,10 @@ import json
 
 import pytest
 
-from helpers import experiment
+from helpers import experiment, script_refused
 from regal.graph_builder import GraphBuilder
 from regal.io import save_graph
 from regal.optimizers import method_revision
-from regal.user_errors import report_user_errors
 
 
 def test_gaps_by_hand(tmp_path, capsys):
@@ -54,18 +53,6 @@ def test_gaps_by_hand(tmp_path, capsys):
     assert rows[("regal", "2")][2:] == ["1", "2.50", "2.50", "2.50", "0", "1"]
 
 
-def _refused(script, argv, capsys, needle: str) -> str:
-    try:
-        code = report_user_errors("certified_step_time.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
-    return errors[0]
-
-
 @pytest.mark.parametrize("argv, needle", [
     (["--store", "{tmp}/none.jsonl", "--graphs", "{tmp}"], "--store"),
     (["--store", "{store}", "--records", "{tmp}/none.jsonl", "--graphs", "{tmp}"], "--records"),
@@ -83,5 +70,5 @@ def test_a_mistake_is_one_line_exit_2_and_the_table_is_kept(tmp_path, capsys, ar
     argv = [a.replace("{tmp}", str(tmp_path)).replace("{store}", str(store)) for a in argv]
     if "--out" not in argv:
         argv += ["--out", str(out)]
-    _refused(script, argv, capsys, needle)
+    script_refused(script.main, argv, capsys, needle)
     assert out.read_text() == "# the committed table\n"

@@ -6,22 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import experiment, one_synthetic_graph
+from helpers import experiment, one_synthetic_graph, script_help, script_refused
 
 equal_time = experiment("equal_time")
 large_steps = experiment("large_steps")
 
-
-def _refused(main, argv, capsys, needle: str) -> None:
-    """`main(argv)` exits 2 with one error line naming `needle`, no traceback."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], err
 
 
 @pytest.fixture
@@ -39,7 +28,7 @@ def graphs(tmp_path):
 def test_equal_time_refuses_before_any_run(graphs, tmp_path, capsys, more, needle):
     records = tmp_path / "r.jsonl"
     argv = ["--graphs", str(graphs), "--records", str(records), "--out", str(tmp_path / "t.md")]
-    _refused(equal_time.main, argv + [m.format(tmp=tmp_path) for m in more], capsys, needle)
+    script_refused(equal_time.main, argv + [m.format(tmp=tmp_path) for m in more], capsys, needle)
     assert not records.exists()
 
 
@@ -54,7 +43,7 @@ def test_large_steps_refuses_before_any_run(tmp_path, capsys, more, needle):
     records = tmp_path / "r.jsonl"
     argv = ["--graphs", str(tmp_path / "g"), "--records", str(records),
             "--out", str(tmp_path / "t.md")]
-    _refused(large_steps.main, argv + [m.format(tmp=tmp_path) for m in more], capsys, needle)
+    script_refused(large_steps.main, argv + [m.format(tmp=tmp_path) for m in more], capsys, needle)
     assert not records.exists() and not (tmp_path / "g").exists()
 
 
@@ -98,10 +87,11 @@ def test_large_steps_keeps_its_table_when_it_cannot_set_the_limits(tmp_path, mon
     monkeypatch.setattr(large_steps, "RECIPE", dict(large_steps.RECIPE, min_ops=40, max_ops=60))
     out = tmp_path / "t.md"
     out.write_text("# committed\n")
-    _refused(large_steps.main, ["--count", "1", "--devices", "2", "--objective", "makespan",
-                                "--graphs", str(tmp_path / "graphs"), "--records",
-                                str(tmp_path / "r.jsonl"), "--out", str(out)], capsys,
-             "run without --objective first")
+    script_refused(large_steps.main,
+                   ["--count", "1", "--devices", "2", "--objective", "makespan", "--graphs",
+                    str(tmp_path / "graphs"), "--records", str(tmp_path / "r.jsonl"), "--out",
+                    str(out)],
+                   capsys, "run without --objective first")
     assert out.read_text() == "# committed\n"
 
 
@@ -111,7 +101,4 @@ def test_large_steps_keeps_its_table_when_it_cannot_set_the_limits(tmp_path, mon
     (large_steps, "graphs of 10k-100k ops, where the twin leaves most)."),
 ])
 def test_help_describes_in_whole_sentences(capsys, script, words):
-    with pytest.raises(SystemExit) as exc:
-        script.main(["--help"])
-    assert exc.value.code == 0
-    assert words in " ".join(capsys.readouterr().out.split())
+    assert words in script_help(script.main, capsys)

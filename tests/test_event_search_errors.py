@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import experiment
-from regal.user_errors import UserError, report_user_errors
+from helpers import experiment, script_refused
+from regal.user_errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +24,7 @@ def script():
     (["--time-limit", "0"], "--time-limit"),
 ])
 def test_a_mistake_is_one_line_and_exit_2_before_any_search(script, capsys, argv, needle):
-    try:
-        code = report_user_errors("event_search.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    captured = capsys.readouterr()
-    errors = [line for line in captured.err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in captured.err, captured.err
-    assert len(errors) == 1 and needle in errors[0], (needle, captured.err)
+    captured = script_refused(script.main, argv, capsys, needle)
     assert captured.out == ""
 
 

@@ -9,26 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers import experiment
+from helpers import experiment, script_refused
 from regal.graph_builder import GraphBuilder
-from regal.user_errors import report_user_errors
 
 
 @pytest.fixture(scope="module")
 def script():
     return experiment("exact_lns")
 
-
-def _refused(script, argv, capsys, needle: str) -> str:
-    try:
-        code = report_user_errors("exact_lns.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
-    return errors[0]
 
 
 @pytest.fixture
@@ -78,7 +66,7 @@ def test_a_mistake_is_refused_before_any_run_and_the_table_is_kept(script, solve
     table = tmp_path / "t.md"
     table.write_text("# the committed table\n")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    _refused(script, ["--table", str(table), *argv], capsys, needle)
+    script_refused(script.main, ["--table", str(table), *argv], capsys, needle)
     assert table.read_text() == "# the committed table\n" and solves == []
 
 

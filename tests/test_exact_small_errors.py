@@ -5,36 +5,16 @@ cut before the next record is appended, and the committed records still count as
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from helpers import experiment
-from regal.user_errors import report_user_errors
+from helpers import experiment_keeping_numba_threads, script_refused
 
 
 @pytest.fixture(scope="module")
 def script():
-    saved = os.environ.get("NUMBA_NUM_THREADS")
-    try:
-        return experiment("exact_small")
-    finally:  # it pins numba to one thread for its own process, not for this test session
-        if saved is None:
-            os.environ.pop("NUMBA_NUM_THREADS", None)
-        else:
-            os.environ["NUMBA_NUM_THREADS"] = saved
+    return experiment_keeping_numba_threads("exact_small")
 
-
-def _refused(script, argv, capsys, needle: str) -> str:
-    try:
-        code = report_user_errors("exact_small.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
-    return errors[0]
 
 
 @pytest.fixture
@@ -76,7 +56,7 @@ def test_a_mistake_is_refused_before_any_run_and_the_table_is_kept(script, runs,
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     if "--out" not in argv:
         argv += ["--out", str(tmp_path / "es")]
-    _refused(script, argv, capsys, needle)
+    script_refused(script.main, argv, capsys, needle)
     assert md.read_text() == "# the committed table\n" and runs == []
     assert not (tmp_path / "es.jsonl").exists()
 

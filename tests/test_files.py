@@ -241,3 +241,25 @@ def test_an_infinite_value_is_written_as_standard_json_and_read_back(graph, tmp_
     capsys.readouterr()
     assert main(argv) == 0  # the reader accepts the record: resumed, not run again
     assert "0 runs done, 1 already recorded" in capsys.readouterr().out
+
+
+def test_read_own_rows_cuts_or_skips_a_torn_line_and_refuses_foreign_files(tmp_path):
+    from regal.files import read_own_rows
+    from regal.user_errors import UserError
+
+    path = tmp_path / "runs.jsonl"
+    assert read_own_rows(path, ("a",), "--records") == []          # none yet
+    whole = '{"a": 1, "b": 2}\n\n{"a": 3}\n'
+    path.write_text(whole + '{"a": 4, "b')                          # killed mid-line
+    assert read_own_rows(path, ("a",), "--records", cut=False) == [{"a": 1, "b": 2}, {"a": 3}]
+    assert path.read_text().endswith('"b')                          # another script's: kept
+    assert read_own_rows(path, ("a",), "--records") == [{"a": 1, "b": 2}, {"a": 3}]
+    assert path.read_text() == whole                                 # ours: cut
+    with pytest.raises(UserError, match=r"--records .*: line 3 is not a run \(it lacks some "
+                                        r"of a, b\)"):
+        read_own_rows(path, ("a", "b"), "--records", "run")
+    path.write_text("not json\n")
+    with pytest.raises(UserError, match="line 1 is not JSON"):
+        read_own_rows(path, ("a",), "--cache")
+    with pytest.raises(UserError, match="is a folder"):
+        read_own_rows(tmp_path, ("a",), "--cache")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import experiment, one_synthetic_graph
+from helpers import experiment, one_synthetic_graph, script_refused
 
 from regal.io import load_graph
 
@@ -16,17 +16,6 @@ fit_reserve = experiment("fit_reserve")
 training_set = experiment("training_set")
 TABLE = "# The fit reserve, paired (committed)\n"
 
-
-def _refused(main, argv, capsys, needle: str) -> None:
-    """`main(argv)` exits 2 with one error line naming `needle`, no traceback."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], err
 
 
 @pytest.fixture
@@ -60,7 +49,7 @@ def _argv(inputs, **flags):
     (dict(cache="."), "--cache"),
 ])
 def test_a_mistake_leaves_the_table(inputs, capsys, flags, needle):
-    _refused(fit_reserve.main, _argv(inputs, **flags), capsys, needle)
+    script_refused(fit_reserve.main, _argv(inputs, **flags), capsys, needle)
     assert inputs[2].read_text() == TABLE
     assert not inputs[2].with_suffix(".jsonl").exists()
 
@@ -70,13 +59,13 @@ def test_records_with_no_step_time_run_leave_the_table(inputs, tmp_path, capsys)
     committed one (audit A2)."""
     records = tmp_path / "peak.jsonl"
     records.write_text(inputs[1].read_text().splitlines()[1] + "\n")
-    _refused(fit_reserve.main, _argv(inputs, records=records), capsys, "nothing to tabulate")
+    script_refused(fit_reserve.main, _argv(inputs, records=records), capsys, "nothing to tabulate")
     assert inputs[2].read_text() == TABLE
 
 
 def test_a_graph_missing_from_the_folder_is_refused_before_any_run(inputs, tmp_path, capsys):
     (tmp_path / "other").mkdir()
-    _refused(fit_reserve.main, _argv(inputs, graphs=tmp_path / "other"), capsys, ".npz")
+    script_refused(fit_reserve.main, _argv(inputs, graphs=tmp_path / "other"), capsys, ".npz")
     assert inputs[2].read_text() == TABLE
 
 
@@ -107,7 +96,7 @@ def test_a_torn_cache_line_resumes_and_another_reserve_runs_again(inputs):
 
 def test_training_set_refuses_a_file_for_its_folder(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
-    _refused(training_set.main, ["--out", str(tmp_path / "file")], capsys, "--out")   # B12
-    _refused(training_set.main, ["--out", str(tmp_path / "o"), "--synth", "0"], capsys,
-             "--synth")
+    script_refused(training_set.main, ["--out", str(tmp_path / "file")], capsys, "--out")   # B12
+    script_refused(training_set.main, ["--out", str(tmp_path / "o"), "--synth", "0"], capsys,
+                   "--synth")
     assert (tmp_path / "file").read_text() == "x" and not (tmp_path / "o").exists()

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from helpers import ROOT, experiment
+from helpers import ROOT, experiment, script_refused
 from regal.user_errors import report_user_errors
 
 
@@ -36,14 +36,7 @@ def test_a_mistake_is_one_line_and_exit_2_before_any_child(script, monkeypatch, 
     (tmp_path / "file.md").write_text("")
     argv = ["--kind", "cpu", "--devices", "2", "--models", "mlp", "--out", str(tmp_path),
             *(a.replace("{tmp}", str(tmp_path)) for a in argv)]
-    try:
-        code = report_user_errors("gpu_check.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
+    script_refused(script.main, argv, capsys, needle)
 
 
 def _row(script, count):

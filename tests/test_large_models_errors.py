@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from helpers import experiment
-from regal.user_errors import report_user_errors
+from helpers import experiment, script_refused
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +31,6 @@ def _argv(graphs, tmp_path, *flags):
             "--out", str(tmp_path / "t.md"), *flags]
 
 
-def _refused(script, argv, capsys, needle: str) -> None:
-    try:
-        code = report_user_errors("large_models.py", lambda: script.main(argv))
-    except SystemExit as exc:
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
-
 
 @pytest.mark.parametrize("flags, needle", [
     (["--files", "/nonexistent/nope.npz"], "/nonexistent/nope.npz"),
@@ -54,17 +43,18 @@ def _refused(script, argv, capsys, needle: str) -> None:
     (["--records", "/nonexistent/dir/r.jsonl"], "/nonexistent/dir"),
 ])
 def test_mistakes_are_refused_before_any_run(script, graphs, tmp_path, capsys, flags, needle):
-    _refused(script, _argv(graphs, tmp_path, *flags), capsys, needle)
+    script_refused(script.main, _argv(graphs, tmp_path, *flags), capsys, needle)
     assert not (tmp_path / "r.jsonl").exists() and not (tmp_path / "t.md").exists()
 
 
 def test_records_that_are_a_folder_or_another_file_are_refused(script, graphs, tmp_path,
                                                                  capsys):
-    _refused(script, _argv(graphs, tmp_path, "--records", str(tmp_path)), capsys, "is a folder")
+    script_refused(script.main, _argv(graphs, tmp_path, "--records", str(tmp_path)), capsys,
+                   "is a folder")
     other = tmp_path / "other.jsonl"
     other.write_text('{"set": "s", "value": 1}\n')
-    _refused(script, _argv(graphs, tmp_path, "--records", str(other)), capsys,
-             "line 1 is not a large-model run")
+    script_refused(script.main, _argv(graphs, tmp_path, "--records", str(other)), capsys,
+                   "line 1 is not a large-model run")
     assert other.read_text() == '{"set": "s", "value": 1}\n'
     assert not (tmp_path / "t.md").exists()
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from helpers import experiment, one_synthetic_graph
+from helpers import experiment, one_synthetic_graph, script_refused
 from regal import optimizers
 from regal.user_errors import report_user_errors
 
@@ -30,17 +30,6 @@ def _argv(real, cache):
             "--cache", str(cache)]
 
 
-def _code(script, argv, capsys, needle=None):
-    try:
-        code = report_user_errors("local_search_check.py", lambda: script.main(argv))
-    except SystemExit as exc:
-        code = exc.code
-    err = capsys.readouterr().err
-    if needle is not None:
-        errors = [line for line in err.splitlines() if "error:" in line]
-        assert "Traceback" not in err and len(errors) == 1 and needle in errors[0], err
-    return code
-
 
 @pytest.mark.parametrize("flags, needle", [
     (["--devices", "2,x"], "--devices"), (["--devices", "two"], "--devices"),
@@ -50,13 +39,13 @@ def _code(script, argv, capsys, needle=None):
     (["--cache", "/nonexistent/dir/c.json"], "/nonexistent/dir"),
 ])
 def test_bad_values_are_refused(script, real, tmp_path, capsys, flags, needle):
-    assert _code(script, _argv(real, tmp_path / "c.json") + flags, capsys, needle) == 2
+    script_refused(script.main, _argv(real, tmp_path / "c.json") + flags, capsys, needle)
     assert not (tmp_path / "c.json").exists()
 
 
 def test_an_empty_real_dir_is_refused(script, tmp_path, capsys):
     argv = ["--real-dir", str(tmp_path), "--cache", str(tmp_path / "c.json")]
-    assert _code(script, argv, capsys, "no .npz graph files") == 2
+    script_refused(script.main, argv, capsys, "no .npz graph files")
 
 
 def test_another_file_as_the_cache_is_refused_and_kept(script, real, tmp_path, capsys):
@@ -64,22 +53,24 @@ def test_another_file_as_the_cache_is_refused_and_kept(script, real, tmp_path, c
     for text in ('{"key": "a", "peak": 1}\n{"key": "b", "peak": 2}\n', '["a list"]\n',
                  "garbled"):
         other.write_text(text)
-        assert _code(script, _argv(real, other), capsys, str(other)) == 2
+        script_refused(script.main, _argv(real, other), capsys, str(other))
         assert other.read_text() == text
-    assert _code(script, _argv(real, tmp_path), capsys, "is a folder") == 2
+    script_refused(script.main, _argv(real, tmp_path), capsys, "is a folder")
 
 
 def test_both_answers_are_saved_and_a_rerun_resumes(script, real, tmp_path, capsys,
                                                     monkeypatch):
     cache = tmp_path / "c.json"
-    assert _code(script, _argv(real, cache), capsys) == 0
+    argv = _argv(real, cache)
+    assert report_user_errors("local_search_check.py", lambda: script.main(argv)) == 0
     saved = json.loads(cache.read_text())
     assert sorted(k.split("@")[0] for k in saved) == ["brkga", "local-search"]
 
     def no_run(*args, **kwargs):
         raise AssertionError("a cached run ran again")
     monkeypatch.setattr(optimizers, "solve", no_run)
-    assert _code(script, _argv(real, cache), capsys) == 0
+    argv = _argv(real, cache)
+    assert report_user_errors("local_search_check.py", lambda: script.main(argv)) == 0
     assert json.loads(cache.read_text()) == saved
     # another revision of BRKGA's code: its answer is not reused
     monkeypatch.setitem(optimizers.REVISIONS, "brkga", "changed-1")

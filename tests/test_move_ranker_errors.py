@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from helpers import ROOT, experiment, one_synthetic_graph
+from helpers import ROOT, experiment, one_synthetic_graph, script_refused
 from regal.user_errors import report_user_errors
 
 WEIGHTS = ROOT / "data" / "policy" / "move_ranker.npz"     # read only
@@ -40,17 +40,6 @@ def paths(tmp_path):
             "--gate-out", str(tmp_path / "gated.npz"), "--train", str(tmp_path / "train")]
 
 
-def _code(script, argv, capsys, needle=None):
-    try:
-        code = report_user_errors("move_ranker.py", lambda: script.main(argv))
-    except SystemExit as exc:
-        code = exc.code
-    err = capsys.readouterr().err
-    if needle is not None:
-        errors = [line for line in err.splitlines() if "error:" in line]
-        assert "Traceback" not in err and len(errors) == 1 and needle in errors[0], err
-    return code
-
 
 @pytest.mark.parametrize("step, flags, needle", [
     ("eval", ["--valid", "/nonexistent/synth_valid_40"], "/nonexistent/synth_valid_40"),
@@ -69,14 +58,14 @@ def test_mistakes_are_refused_before_any_work(script, valid, paths, tmp_path, ca
                                               flags, needle):
     argv = [step, "--valid", str(valid), *paths, *(str(valid) if f == "VALID" else f
                                                      for f in flags)]
-    assert _code(script, argv, capsys, needle) == 2
+    script_refused(script.main, argv, capsys, needle)
     assert (tmp_path / "move_ranker.md").read_text() == OUT
     assert not any((tmp_path / name).exists() for name in ("r.jsonl", "cost.jsonl", "logs"))
 
 
 def test_fit_in_a_folder_without_logs_is_refused(script, paths, tmp_path, capsys):
     (tmp_path / "logs").mkdir()
-    assert _code(script, ["fit", *paths], capsys, "no logs there") == 2
+    script_refused(script.main, ["fit", *paths], capsys, "no logs there")
 
 
 def test_records_of_another_kind_are_refused_and_left_alone(script, valid, paths, tmp_path,
@@ -87,7 +76,7 @@ def test_records_of_another_kind_are_refused_and_left_alone(script, valid, paths
     records = tmp_path / "r.jsonl"
     records.write_text(json.dumps(ceilings) + "\n")
     argv = ["eval", "--valid", str(valid), *paths]
-    assert _code(script, argv, capsys, "line 1 is not a record of this kind") == 2
+    script_refused(script.main, argv, capsys, "line 1 is not a record of this kind")
     assert records.read_text() == json.dumps(ceilings) + "\n"
     assert (tmp_path / "move_ranker.md").read_text() == OUT
 
@@ -96,7 +85,7 @@ def test_eval_with_no_runs_keeps_the_committed_section(script, valid, paths, tmp
                                                        monkeypatch):
     monkeypatch.setattr(script, "_run_all", lambda *args: None)     # no run is made
     argv = ["eval", "--valid", str(valid), *paths]
-    assert _code(script, argv, capsys, "nothing to tabulate") == 2
+    script_refused(script.main, argv, capsys, "nothing to tabulate")
     assert (tmp_path / "move_ranker.md").read_text() == OUT
 
 
@@ -117,7 +106,8 @@ def test_torn_last_lines_are_cut_or_left_out(script, valid, paths, tmp_path, cap
         fh.write('{"path": "/x/valid_0')
     ceilings = tmp_path / "ceilings.jsonl"
     ceilings.write_text('{"arm": "move-oracle-4", "objective": "peak_mem')   # another's file
-    assert _code(script, ["eval", "--valid", str(valid), *paths], capsys) == 0
+    argv = ["eval", "--valid", str(valid), *paths]
+    assert report_user_errors("move_ranker.py", lambda: script.main(argv)) == 0
     assert records.read_text() == whole
     assert ceilings.read_text() == '{"arm": "move-oracle-4", "objective": "peak_mem'
     text = (tmp_path / "move_ranker.md").read_text()
@@ -138,6 +128,6 @@ def test_cost_keeps_each_row_as_it_is_made(script, valid, paths, tmp_path, capsy
     monkeypatch.setattr(script, "cost_run", fake_run)
     graph = next(valid.glob("*.npz"))
     argv = ["cost", *paths, "--cost-graphs", str(graph), "--cost-repeats", "3"]
-    assert _code(script, argv, capsys) == 130
+    assert report_user_errors("move_ranker.py", lambda: script.main(argv)) == 130
     rows = [json.loads(line) for line in (tmp_path / "cost.jsonl").read_text().splitlines()]
     assert [(r["arm"], r["repeat"]) for r in rows] == [("twin", 0), ("learned", 0)]

@@ -8,23 +8,12 @@ import argparse
 import json
 
 import pytest
-from helpers import brkga_and_local_search_run, experiment
+from helpers import brkga_and_local_search_run, experiment, script_help, script_refused
 
 no_harm = experiment("no_harm")
 no_harm_null = experiment("no_harm_null")
 TABLE = "# a committed table\n"
 
-
-def _refused(main, argv, capsys, needle: str) -> None:
-    """`main(argv)` exits 2 with one error line naming `needle`, no traceback."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], err
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +41,13 @@ def test_no_harm_refuses_and_keeps_the_table(run, tmp_path, capsys, more, needle
     table.write_text(TABLE)
     argv = _argv(run, table)
     argv += more
-    _refused(no_harm.main, argv, capsys, needle)
+    script_refused(no_harm.main, argv, capsys, needle)
     assert table.read_text() == TABLE
     assert not table.with_suffix(".jsonl").exists()
 
 
 def test_no_harm_refuses_an_output_in_a_missing_folder(run, tmp_path, capsys):
-    _refused(no_harm.main, _argv(run, tmp_path / "no" / "t.md"), capsys, "--out")
+    script_refused(no_harm.main, _argv(run, tmp_path / "no" / "t.md"), capsys, "--out")
 
 
 @pytest.mark.parametrize("script", [no_harm, no_harm_null])
@@ -112,8 +101,10 @@ def test_a_cached_run_of_another_policy_is_not_reused():
 def test_a_regal_check_of_a_missing_policy_is_refused(run, tmp_path, capsys):
     folder, records = run
     table = tmp_path / "t.md"
-    _refused(no_harm.main, ["--records", str(records), "--graphs", str(folder), "--policy",
-                            str(tmp_path / "nope"), "--out", str(table)], capsys, "--policy")
+    script_refused(no_harm.main,
+                   ["--records", str(records), "--graphs", str(folder), "--policy",
+                    str(tmp_path / "nope"), "--out", str(table)],
+                   capsys, "--policy")
 
 
 @pytest.mark.parametrize("script, words", [
@@ -121,15 +112,13 @@ def test_a_regal_check_of_a_missing_policy_is_refused(run, tmp_path, capsys):
     (no_harm_null, "puts more than 1% behind itself by the rule of `experiments/no_harm.py`."),
 ])
 def test_help_describes_in_whole_sentences(capsys, script, words):
-    with pytest.raises(SystemExit) as exc:
-        script.main(["--help"])
-    assert exc.value.code == 0
-    assert words in " ".join(capsys.readouterr().out.split())
+    assert words in script_help(script.main, capsys)
 
 
 def test_no_harm_null_refuses_bad_numbers(run, tmp_path, capsys):
     folder, records = run
     base = ["--records", str(records), "--graphs", str(folder), "--out", str(tmp_path / "t.md")]
-    _refused(no_harm_null.main, base + ["--seeds", "0"], capsys, "--seeds")
-    _refused(no_harm_null.main, base + ["--budget", "0"], capsys, "--budget")
-    _refused(no_harm_null.main, base + ["--graphs", str(tmp_path / "nope")], capsys, "--graphs")
+    script_refused(no_harm_null.main, base + ["--seeds", "0"], capsys, "--seeds")
+    script_refused(no_harm_null.main, base + ["--budget", "0"], capsys, "--budget")
+    script_refused(no_harm_null.main, base + ["--graphs", str(tmp_path / "nope")], capsys,
+                   "--graphs")

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import experiment
-from regal.user_errors import report_user_errors
+from helpers import experiment, script_refused
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +30,5 @@ def test_a_mistake_is_one_line_exit_2_and_the_table_is_kept(script, tmp_path, ca
     out.write_text("# the committed table\n")
     argv = ["--store", str(store), "--graphs", str(tmp_path / "graphs"), "--out", str(out),
             *(a.replace("{tmp}", str(tmp_path)) for a in argv)]
-    try:
-        code = report_user_errors("placement_relaxation.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
+    script_refused(script.main, argv, capsys, needle)
     assert out.read_text() == "# the committed table\n"

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, experiment
-from regal.user_errors import report_user_errors
+from helpers import ROOT, experiment, script_refused
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +34,7 @@ def test_a_mistake_is_one_line_and_exit_2_before_any_run(script, monkeypatch, tm
     (tmp_path / "file.md").write_text("")
     committed = {p: p.read_bytes() for p in Path(script.RESULTS).glob("sim_vs_measured_*")}
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    try:
-        code = report_user_errors("sim_vs_measured.py", lambda: script.main(argv))
-    except SystemExit as exc:   # argparse's own refusal
-        code = exc.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and needle in errors[0], (needle, err)
+    script_refused(script.main, argv, capsys, needle)
     assert {p: p.read_bytes() for p in committed} == committed
 
 
