@@ -372,8 +372,14 @@ def cmd_compare(args) -> int:
     if takers:
         # the runs' options, and so their records' keys, name the policy by its folder and
         # its content: a policy replaced in place, or another $REGAL_POLICY_DIR, runs again
-        folder = checked_policy_dir(args.policy if args.policy is not None
-                                    else str(resolve_policy_dir(None)))
+        if args.policy is not None:
+            folder = checked_policy_dir(args.policy)
+        else:   # the default, or $REGAL_POLICY_DIR: a bad one is named as such
+            folder = str(resolve_policy_dir(None))
+            if not os.path.isfile(os.path.join(folder, "config.json")):
+                raise ValueError(f"the default policy {folder} ($REGAL_POLICY_DIR, else "
+                                 f"data/policy) holds no stored policy (config.json); pass "
+                                 f"--policy DIR")
         policy = {"policy_dir": portable_policy_dir(folder),
                   "policy_hash": policy_content_hash(folder)}
         method_options = {m: dict(policy) for m in takers}

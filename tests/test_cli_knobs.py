@@ -322,3 +322,13 @@ def test_a_loaded_policy_is_read_again_when_its_files_change(tmp_path):
     second = load_policy(policy)
     assert second is not first
     assert load_policy(policy) is second
+
+
+def test_compare_names_a_bad_regal_policy_dir(tmp_path, monkeypatch, capsys):
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "g.npz").write_bytes(Path(GRAPH).read_bytes())
+    monkeypatch.setenv("REGAL_POLICY_DIR", str(tmp_path / "nowhere"))
+    refused(["compare", "--methods", "regal", "--graphs", str(graphs), "--budget", "200",
+             "--out", str(tmp_path / "res")], capsys, "$REGAL_POLICY_DIR")
+    assert not (tmp_path / "res" / "records.jsonl").exists()
