@@ -185,7 +185,7 @@ def table(rows: list[dict], args) -> str:
     lines += markdown_table(["dataset", "devices", "graphs", "method",
                              "median evaluations BRKGA needs",
                              f"graphs where BRKGA needs >= {args.budget:,} or never",
-                             f"BRKGA-{args.budget // 1000}K over BRKGA-5K (%)"], cells, "lrrlrrr")
+                             f"BRKGA-{args.budget / 1000:g}K over BRKGA-5K (%)"], cells, "lrrlrrr")
     return "\n".join(lines) + "\n"
 
 

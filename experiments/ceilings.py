@@ -375,6 +375,10 @@ def main(argv=None) -> int:
     factors = ", ".join(f"{f:g}" for f in sorted({row["factor"] for row in done.values()}))
     refuse_empty(rows, f"--records {args.records} (no runs at --limit-factor "
                        f"{args.limit_factor:g}; it holds {factors or 'none'})")
+    # a lever is measured against the twin on the same graphs and seeds: none such, no table
+    refuse_empty([lever for levers in lever_gains(rows).values() for lever in levers.values()
+                  if lever], f"--records {args.records} (no lever run beside the twin at "
+                 f"--limit-factor {args.limit_factor:g})")
     text = ("# Ceilings of the policy's levers, in points over the no-policy twin\n\n"
             f"Made by `experiments/ceilings.py` from `{args.records.name}` ({len(rows)} runs). "
             "Points: 100 x (twin - lever) / twin per graph from the means over seeds; "

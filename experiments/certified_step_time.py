@@ -108,6 +108,10 @@ def main(argv=None) -> int:
             if bound is not None:
                 per_graph.setdefault((r["method"], r["devices"], r["fingerprint"]), []).append(
                     100.0 * (float(r["value"]) - bound) / bound)
+        # a records file of another run or script would drop the method rows silently
+        refuse_empty(per_graph, f"--records {args.records}: no feasible step-time runs of "
+                     f"{', '.join(args.methods)} at the current revisions on the graphs of "
+                     "--graphs")
         for method in args.methods:
             for devices in sorted({k[1] for k in per_graph if k[0] == method}):
                 gaps = [statistics.fmean(v) for k, v in per_graph.items()

@@ -22,7 +22,6 @@ a killed run resumes where it stopped; the table (`--table`) is written from tha
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -36,7 +35,7 @@ sys.path.insert(0, str(REPO / "experiments"))
 
 from regal.bestknown_store import Entry, Store, entry_key, load_store  # noqa: E402
 from regal.bounds import gap_to_bound  # noqa: E402
-from regal.files import JsonLinesWriter, write_text  # noqa: E402
+from regal.files import JsonLinesWriter, read_own_rows, write_text  # noqa: E402
 from regal.optimizers import Problem, solve  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
 from regal.user_errors import UserError, refuse_empty  # noqa: E402
@@ -96,17 +95,14 @@ def _row_key(row: dict) -> tuple:
             row.get("seed", 0))
 
 
+ROW_FIELDS = ("set", "graph", "devices", "before", "after", "windows")
+
+
 def _done(results: Path) -> dict:
-    """The rows of `results` by `_row_key` (a torn or foreign line skipped)."""
-    done = {}
-    if results.exists():
-        for line in results.read_text().splitlines():
-            try:
-                row = json.loads(line)
-                done[_row_key(row)] = row
-            except (ValueError, KeyError, TypeError):
-                continue
-    return done
+    """The rows of `results` by `_row_key` (`regal.files.read_own_rows`: a torn line cut, a
+    file of another script's lines refused, neither read nor appended to)."""
+    return {_row_key(row): row
+            for row in read_own_rows(results, ROW_FIELDS, "--results", "row of exact_lns.py")}
 
 
 def run(sets, seconds: dict, results: Path, write: bool, seed: int) -> None:

@@ -42,10 +42,10 @@ sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import argparse  # noqa: E402
 import glob  # noqa: E402
-import json  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from regal.files import read_own_rows  # noqa: E402
 from regal.user_errors import UserError, refuse_empty  # noqa: E402
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -103,19 +103,14 @@ def _key(record: dict) -> tuple:
             record.get("budget", DEFAULT_BUDGET), record.get("hint", "heuristics"))
 
 
-def read_records(path: Path) -> list[dict]:
-    """The records of `path` ([] when it does not exist); a torn last line from an
-    interrupted run is skipped (the writer, opened first, cuts it)."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:  # a torn last line from an interrupted run
-                continue
-    return out
+RECORD_FIELDS = ("graph", "devices", "time_limit", "label", "value")
+
+
+def read_records(path: Path, flag: str = "--out", cut: bool = True) -> list[dict]:
+    """The records of `path` ([] when it does not exist; `regal.files.read_own_rows`: a torn
+    last line cut, or left out when `cut` is false, as for `--before`; another script's
+    lines refused, neither read nor appended to)."""
+    return read_own_rows(path, RECORD_FIELDS, flag, "record of exact_small.py", cut=cut)
 
 
 def one_record(name: str, graph, d: int, time_limit: float, budget: int, seed: int,
@@ -293,6 +288,11 @@ def main(argv=None) -> int:
         raise UserError(f"--graphs: no graph {missing[0]!r} of at most --max-ops "
                         f"{args.max_ops} ops in --sets {','.join(sets)}")
 
+    # --before read first: a file of another script's lines is refused before any run
+    before = Path(args.before).with_suffix(".jsonl")
+    before_rows = read_records(before, "--before", cut=False) \
+        if before.exists() and before.resolve() != jsonl.resolve() else None
+
     store = None
     if args.store is not None:
         from regal.bestknown import Store
@@ -334,9 +334,8 @@ def main(argv=None) -> int:
     rows = sorted((r for r in records if _key(r) in order), key=lambda r: order[_key(r)])
     refuse_empty(rows, "--graphs/--sets")
     text = table(rows, args.title)
-    before = Path(args.before).with_suffix(".jsonl")
-    if before.exists() and before.resolve() != jsonl.resolve():
-        text += comparison(read_records(before), rows)
+    if before_rows is not None:
+        text += comparison(before_rows, rows)
     write_text(md, text)
     print(text[text.index("proven optimal:"):], end="")
     return 0

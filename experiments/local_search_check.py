@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,10 @@ from regal.arguments import (check_device_counts, check_output, int_list,  # noq
                              positive_int)
 from regal.files import write_json  # noqa: E402
 from regal.user_errors import UserError, report_user_errors  # noqa: E402
+
+
+# a cache key (`_key`): method@revision/fingerprint/devices/seed/budget
+KEY_SHAPE = re.compile(r"^[\w-]+@[^/]*/[0-9a-f]{16}/d\d+/s\d+/b\d+$")
 
 
 def _load_cache(path: Path) -> dict:
@@ -41,10 +46,12 @@ def _load_cache(path: Path) -> dict:
     except (ValueError, UnicodeDecodeError) as exc:
         raise UserError(f"--cache {path}: not a cache of this script ({exc}); give another "
                         "--cache") from None
-    if not isinstance(cache, dict) or not all(isinstance(v, (int, float, list))
-                                              for v in cache.values()):
+    if not isinstance(cache, dict) or not all(
+            isinstance(v, (int, float, list)) and isinstance(k, str) and KEY_SHAPE.match(k)
+            for k, v in cache.items()):
         raise UserError(f"--cache {path}: not a cache of this script (expected a JSON object "
-                        "of run answers); give another --cache")
+                        "of run answers keyed method@revision/fingerprint/dN/sN/bN); give "
+                        "another --cache")
     return cache
 
 

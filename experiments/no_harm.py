@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from regal import harness, optimizers  # noqa: E402
 from regal.arguments import check_output, checked_policy_dir, positive_int  # noqa: E402
-from regal.files import JsonLinesWriter, read_json_lines, write_text  # noqa: E402
+from regal.files import JsonLinesWriter, read_own_rows, write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.regal_method import (portable_policy_dir, resolve_policy_dir,  # noqa: E402
                                 same_policy_dir)
@@ -89,6 +89,18 @@ def standard_error(pairs) -> float:
     return statistics.stdev(per_seed) / len(per_seed) ** 0.5
 
 
+def threshold(text: str) -> float:
+    """--below: percent, any number or inf (every graph), not NaN (which no graph is below)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of percent, got {text!r}") \
+            from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError("expected a number of percent, got nan")
+    return value
+
+
 def run_arguments(parser: argparse.ArgumentParser) -> None:
     """The options this check shares with `no_harm_null.py`: the records and graphs it reads,
     the budget, the table and its cache."""
@@ -119,15 +131,27 @@ def checked_inputs(args) -> tuple[Path, dict]:
     return cache, paths
 
 
-def open_cache(cache: Path) -> tuple[JsonLinesWriter, list[dict]]:
+# what every line of a cache holds: this script's (the baseline's value, "brkga", beside the
+# method's) and no_harm_null.py's (the method's alone)
+CACHE_FIELDS = ("key", "seed", "method", "budget", "brkga", "value")
+NULL_CACHE_FIELDS = ("key", "seed", "method", "budget", "value")
+
+
+def open_cache(cache: Path, fields=CACHE_FIELDS,
+               kind: str = "run of no_harm.py") -> tuple[JsonLinesWriter, list[dict]]:
     """The cache's writer (it holds the file's lock and cuts a torn last line left by a kill)
-    and the lines the cache holds."""
+    and the lines the cache holds; a file of another script's lines is refused, neither read
+    nor appended to (`regal.files.read_own_rows`)."""
     writer = JsonLinesWriter(cache, busy=f"--cache {cache}: being written by another run")
     try:
-        return writer, read_json_lines(cache)
-    except ValueError as exc:
+        lines = read_own_rows(cache, fields, "--cache", kind)
+        if fields == NULL_CACHE_FIELDS and any("brkga" in row for row in lines):
+            raise UserError(f"--cache {cache}: holds no_harm.py's runs (each beside a baseline "
+                            "run), not this script's")
+    except BaseException:
         writer.close()
-        raise UserError(f"--cache {cache}: not a cache of this script ({exc})") from None
+        raise
+    return writer, lines
 
 
 def cached_runs(lines: list, args, policy: str | None) -> dict:
@@ -171,7 +195,7 @@ def _main(argv=None) -> int:
     parser.add_argument("--objective", default="peak_memory", choices=("peak_memory", "makespan"))
     parser.add_argument("--policy", default=DEFAULT_POLICY,
                         help="for regal: the runs of this policy folder only (default the shipped)")
-    parser.add_argument("--below", type=float, default=0.0,
+    parser.add_argument("--below", type=threshold, default=0.0,
                         help="recheck graphs whose mean improvement is below this (%%)")
     parser.add_argument("--seeds", type=int, default=20, help="seeds 0..N-1 (default 20)")
     args = parser.parse_args(argv)

@@ -29,8 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
-from no_harm import (DEFAULT_POLICY, HARM, checked_inputs, improvement,  # noqa: E402
-                     open_cache, revisions, run_arguments, standard_error, suspects)
+from no_harm import (DEFAULT_POLICY, HARM, NULL_CACHE_FIELDS, checked_inputs,  # noqa: E402
+                     improvement, open_cache, revisions, run_arguments, standard_error,
+                     suspects, threshold)
 from regal import optimizers  # noqa: E402
 from regal.arguments import non_negative_int, positive_int  # noqa: E402
 from regal.files import write_text  # noqa: E402
@@ -87,7 +88,7 @@ def _main(argv=None) -> int:
     parser.add_argument("--select-seeds", type=positive_int, default=3,
                         help="seeds of the records the first step flags on")
     parser.add_argument("--seeds", type=positive_int, default=5, help="seeds of the recheck")
-    parser.add_argument("--below", type=float, default=HARM)
+    parser.add_argument("--below", type=threshold, default=HARM)
     args = parser.parse_args(argv)
     if not args.records.is_file():
         parser.error(f"--records: {args.records} is not a file")
@@ -106,7 +107,7 @@ def _main(argv=None) -> int:
     if not runs:
         parser.error(f"--records: no {args.method} runs with seeds 0..{args.select_seeds - 1} "
                      "on the graphs of --graphs")
-    writer, lines = open_cache(cache)
+    writer, lines = open_cache(cache, NULL_CACHE_FIELDS, "run of no_harm_null.py")
     try:
         done = cached_runs(lines, args)
     except BaseException:

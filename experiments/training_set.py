@@ -17,6 +17,7 @@ Graphs already in the folder are kept (a rerun only adds what is missing).
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from regal import synth  # noqa: E402
 from regal.arguments import check_output, positive_int  # noqa: E402
 from regal.io import load_graph, save_graph  # noqa: E402
-from regal.user_errors import report_user_errors  # noqa: E402
+from regal.user_errors import UserError, report_user_errors  # noqa: E402
 
 # data/real families; the held-out ones are the real-graph test set of experiments/transfer.py
 TRAIN_FAMILIES = ("densenet121", "efficientnetb0", "mobilenetv2", "nasnetmobile", "vgg16",
@@ -88,6 +89,23 @@ def build(out: Path, synth_count: int, net_count: int, real_max_ops: int,
     return counts
 
 
+# the files `build` writes: a folder that holds others is another set's
+OWN_FILE = re.compile(r"^(synth_\d{5}|net_(netinf|nettrain)_\d{4}|real_.+)\.npz$")
+
+
+def check_own_folder(out: Path) -> None:
+    """Refuses an --out that holds another graph set (a `regal data synth` folder, with its
+    recipe.json, or graph files this script does not write): filling it would mix the
+    training graphs with another split's."""
+    if not out.is_dir():
+        return
+    foreign = sorted(p.name for p in out.glob("*.npz") if not OWN_FILE.match(p.name))
+    if (out / "recipe.json").exists() or foreign:
+        what = "a recipe.json" if (out / "recipe.json").exists() else f"{foreign[0]}"
+        raise UserError(f"--out {out}: holds another graph set ({what}); give an empty folder "
+                        "or one this script filled")
+
+
 def main(argv=None) -> int:
     """The command: a user's error is one line on stderr and exit code 2."""
     return report_user_errors(Path(__file__).name, lambda: _main(argv))
@@ -104,6 +122,7 @@ def _main(argv=None) -> int:
                         help="largest data/real graph to include")
     args = parser.parse_args(argv)
     check_output("--out", args.out, folder=True)
+    check_own_folder(args.out)
     counts = build(args.out, args.synth, args.net, args.real_max_ops, progress=True)
     print(f"{args.out}: {counts['synth']} synthetic train, {counts['net']} network-like, "
           f"{counts['real']} real graphs of {', '.join(TRAIN_FAMILIES)} "

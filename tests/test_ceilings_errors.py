@@ -103,20 +103,22 @@ def test_a_torn_last_line_is_cut_and_the_table_made(script, setup, tmp_path, cap
 
 
 def test_the_table_holds_the_runs_of_one_limit_factor(script, setup, tmp_path, capsys):
-    """brkga-only run at 1.2 and the twin at 3.0 are not compared; the header's factor is the
-    runs' factor."""
+    """brkga-only run at 1.2 and the twin at 3.0 are not compared: at 3.0 there is nothing to
+    tabulate; at 1.2 the header's factor is the runs' factor."""
     graphs, out = setup
     records = _records(tmp_path / "r.jsonl", [
         _row("twin", "a", 0, 100.0), _row("brkga-only", "a", 0, 50.0),
         _row("twin", "a", 0, 200.0, factor=3.0)])
     argv = ["--graphs", str(graphs), "--records", str(records), "--out", str(out),
             "--table-only"]
-    assert script.main(argv + ["--limit-factor", "3.0"]) == 0
-    text = out.read_text()
-    assert "(1 runs)" in text and "limit of 3 x" in text and "brkga-only" not in text.split(
-        "## Every arm")[1]
+    # at 3.0 only the twin ran: no lever to set beside it, so no table (not one of dashes)
+    out.write_text("# the committed table\n")
+    script_refused(script.main, argv + ["--limit-factor", "3.0"], capsys,
+                   "no lever run beside the twin at --limit-factor 3")
+    assert out.read_text() == "# the committed table\n"
     assert script.main(argv) == 0      # at 1.2: brkga-only against the twin of 1.2
     assert "(2 runs)" in out.read_text() and "| brkga-only | 1 | +50.00 |" in out.read_text()
+    assert "limit of 1.2 x" in out.read_text()
     before = out.read_text()
     script_refused(script.main, argv + ["--limit-factor", "2"], capsys,
                    "no runs at --limit-factor 2")

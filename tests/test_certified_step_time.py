@@ -51,6 +51,15 @@ def test_gaps_by_hand(tmp_path, capsys):
             line.startswith("| regal")}
     assert rows[("best-known", "2")][2:] == ["1", "25.00", "25.00", "25.00", "0", "0"]
     assert rows[("regal", "2")][2:] == ["1", "2.50", "2.50", "2.50", "0", "1"]
+    # records of another run (no step-time runs of the methods here) or empty: refused, the
+    # table kept, rather than written with the best-known rows alone
+    text = out.read_text()
+    for other in ("", json.dumps(dict(run(0, 2.0), method="brkga")) + "\n"):
+        records.write_text(other)
+        script_refused(script.main, ["--store", str(store), "--records", str(records),
+                                     "--graphs", str(tmp_path / "g"), "--methods", "regal",
+                                     "--out", str(out)], capsys, "--records")
+        assert out.read_text() == text
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -99,3 +99,14 @@ def test_a_committed_row_counts_as_made_with_the_defaults(script, solves, tmp_pa
                                               for d in (2, 4)))
     assert script.main(_args(tmp_path)) == 0
     assert solves == []
+
+
+def test_another_scripts_results_are_refused_and_left_alone(script, solves, tmp_path, capsys):
+    """A --results file of another script's rows (here exact_small's) is neither read as
+    empty nor appended to."""
+    results = tmp_path / "r.jsonl"
+    foreign = json.dumps({"graph": "test_00000", "devices": 2, "time_limit": 1.0,
+                          "label": "cpsat", "value": 10.0}) + "\n"
+    results.write_text(foreign)
+    script_refused(script.main, _args(tmp_path), capsys, "is not a row of exact_lns.py")
+    assert results.read_text() == foreign and solves == []

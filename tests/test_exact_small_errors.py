@@ -96,3 +96,16 @@ def test_a_committed_record_counts_as_made_with_the_defaults(script, runs, tmp_p
     assert runs == []
     assert script.main(_args(tmp_path, "--label", "timed")) == 0   # auto was never run
     assert len(runs) == 1
+
+
+@pytest.mark.parametrize("flag", ["--out", "--before"])
+def test_another_scripts_records_are_refused_before_any_run(script, runs, tmp_path, capsys,
+                                                            flag):
+    """An --out or --before whose .jsonl holds another script's rows (here exact_lns.py's)
+    is refused with one line, before any run, and left as it was."""
+    other = tmp_path / "other.jsonl"
+    foreign = '{"set": "synth_test", "graph": "test_00000", "devices": 2, "before": 1.0}\n'
+    other.write_text(foreign)
+    argv = _args(tmp_path, flag, str(tmp_path / "other"))
+    script_refused(script.main, argv, capsys, "is not a record of exact_small.py")
+    assert other.read_text() == foreign and runs == []

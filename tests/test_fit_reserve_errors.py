@@ -100,3 +100,15 @@ def test_training_set_refuses_a_file_for_its_folder(tmp_path, capsys):
     script_refused(training_set.main, ["--out", str(tmp_path / "o"), "--synth", "0"], capsys,
                    "--synth")
     assert (tmp_path / "file").read_text() == "x" and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("other", ["recipe.json", "test_00000.npz"])
+def test_training_set_refuses_a_folder_of_another_set(tmp_path, capsys, other):
+    """A mistyped --out that holds another split's graphs is refused, not filled with the
+    training graphs beside them."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / other).write_text("{}")
+    script_refused(training_set.main, ["--out", str(out), "--synth", "1"], capsys,
+                   "holds another graph set")
+    assert [p.name for p in out.iterdir()] == [other]

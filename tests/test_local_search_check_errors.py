@@ -51,7 +51,7 @@ def test_an_empty_real_dir_is_refused(script, tmp_path, capsys):
 def test_another_file_as_the_cache_is_refused_and_kept(script, real, tmp_path, capsys):
     other = tmp_path / "other.jsonl"
     for text in ('{"key": "a", "peak": 1}\n{"key": "b", "peak": 2}\n', '["a list"]\n',
-                 "garbled"):
+                 "garbled", '{"table1": [1, 2], "timing": [3]}\n'):   # a JSON object of lists
         other.write_text(text)
         script_refused(script.main, _argv(real, other), capsys, str(other))
         assert other.read_text() == text

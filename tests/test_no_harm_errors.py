@@ -122,3 +122,33 @@ def test_no_harm_null_refuses_bad_numbers(run, tmp_path, capsys):
     script_refused(no_harm_null.main, base + ["--budget", "0"], capsys, "--budget")
     script_refused(no_harm_null.main, base + ["--graphs", str(tmp_path / "nope")], capsys,
                    "--graphs")
+
+
+@pytest.mark.parametrize("script, foreign", [
+    (no_harm, {"set": "s", "path": "g.npz", "budget": 300, "seed": 0, "value": 1.0}),
+    # no_harm.py's own cache (each run beside a baseline run) is not no_harm_null.py's
+    (no_harm_null, {"key": ["f", "g", "d", 2, None], "seed": 0, "method": "brkga",
+                    "budget": 300, "brkga": 1.0, "value": 1.0}),
+])
+def test_a_cache_of_another_script_is_refused_and_left_alone(run, tmp_path, capsys, script,
+                                                             foreign):
+    table = tmp_path / "t.md"
+    cache = tmp_path / "other.jsonl"
+    cache.write_text(json.dumps(foreign) + "\n")
+    folder, records = run
+    if script is no_harm:
+        argv = _argv(run, table, "--cache", str(cache))
+    else:
+        argv = ["--records", str(records), "--graphs", str(folder), "--method", "brkga",
+                "--select-seeds", "2", "--seeds", "3", "--budget", "300", "--below", "100",
+                "--out", str(table), "--cache", str(cache)]
+    script_refused(script.main, argv, capsys, str(cache))
+    assert cache.read_text() == json.dumps(foreign) + "\n" and not table.exists()
+
+
+@pytest.mark.parametrize("script", [no_harm, no_harm_null])
+def test_a_nan_threshold_is_refused(run, tmp_path, capsys, script):
+    folder, records = run
+    script_refused(script.main, ["--records", str(records), "--graphs", str(folder),
+                                 "--below", "nan", "--out", str(tmp_path / "t.md")],
+                   capsys, "--below")
