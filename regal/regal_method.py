@@ -36,7 +36,7 @@ __all__ = ["DEFAULT_POLICY_DIR", "REPO_ROOT", "UNIFORM_MUTANT_FRACTION", "defaul
 # the source tree this package lives in (editable install or a clone) and its data/policy/
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_POLICY_DIR = REPO_ROOT / "data" / "policy"
-_LOADED: dict[tuple, object] = {}
+_LOADED: dict[str, tuple] = {}   # folder -> (its files' signature, the policy)
 # share of each generation's mutants kept uniform when the policy biases the keys ("do no
 # harm": plain BRKGA's exploration never stops; docs/design.md §6)
 UNIFORM_MUTANT_FRACTION = 0.5
@@ -44,7 +44,7 @@ UNIFORM_MUTANT_FRACTION = 0.5
 # draws for it to choose from (`regal.search.advantage`, `regal.search.climb` step 6)
 MOVE_RANKER_FILE = "move_ranker.npz"
 RANKER_DRAW = 4
-_RANKERS: dict[tuple, object] = {}
+_RANKERS: dict[str, tuple] = {}  # file -> (its signature, the ranker)
 
 
 def default_policy_dir() -> Path:
@@ -93,9 +93,9 @@ def policy_content_hash(policy_dir=None) -> str:
 
 
 def _file_signature(*paths: Path) -> tuple:
-    """What a per-process cache of files is keyed by: each file's path, modification time and
-    size, so that a file replaced in place (a policy retrained into the same folder) is read
-    again rather than answered from memory."""
+    """What a per-process copy of files is checked against: each file's path, modification
+    time and size, so that a file replaced in place (a policy retrained into the same
+    folder) is read again rather than answered from memory."""
     out = []
     for path in paths:
         try:
@@ -111,14 +111,15 @@ def load_policy(policy_dir=None):
     """The policy stored in `policy_dir` (default: the shipped one), loaded once per process
     for inference (a `NumpyPolicy`: no TensorFlow) and again when its files change."""
     path = resolve_policy_dir(policy_dir)
-    key = _file_signature(path / "config.json", path / "weights.npz")
-    if key not in _LOADED:
+    key = str(path.resolve())
+    signature = _file_signature(path / "config.json", path / "weights.npz")
+    if key not in _LOADED or _LOADED[key][0] != signature:   # one copy per folder
         if not (path / "config.json").exists():
             raise ValueError(f"policy_dir: {path} holds no policy (config.json); train one with "
                              "`regal train` or pass policy_dir")
         from regal.policy.inference import NumpyPolicy
-        _LOADED[key] = NumpyPolicy.load(path)
-    return _LOADED[key]
+        _LOADED[key] = (signature, NumpyPolicy.load(path))
+    return _LOADED[key][1]
 
 
 def ablated_action(policy, action, learn=None, learn_elite_bias=None):
@@ -153,10 +154,10 @@ def load_move_ranker(move_ranker="shipped"):
         else Path(move_ranker)
     if not path.is_file():
         raise ValueError(f"move_ranker: no such file {str(path)!r}")
-    key = _file_signature(path)
-    if key not in _RANKERS:
-        _RANKERS[key] = MoveRanker.load(path)
-    loaded = _RANKERS[key]
+    key, signature = str(path.resolve()), _file_signature(path)
+    if key not in _RANKERS or _RANKERS[key][0] != signature:   # one copy per file
+        _RANKERS[key] = (signature, MoveRanker.load(path))
+    loaded = _RANKERS[key][1]
     return MoveRanker(loaded.layers, loaded.mean, loaded.scale, loaded.meta, loaded.gates)
 
 
