@@ -153,8 +153,8 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
     best_known = best_known or {}
     known_bounds = known_bounds or {}
     if pool_limits:  # after the checks: a record's feasibility is judged by its own limit
+        known_bounds = _pool_bounds(known_bounds, records)
         records, best_known = pool_memory_limits(records, best_known)
-        known_bounds = _pool_bounds(known_bounds)
     bounds = bounds or {}
 
     def bound_of(graph: tuple) -> float | None:
@@ -310,23 +310,29 @@ def _ordered(rows: list[dict], baseline) -> list[dict]:
     return sorted(rows, key=key)
 
 
-def _figure(row: dict, field: str, text: str) -> str:
-    """`text` with † where the figure rests on a run over the memory limit."""
-    return text + "†" if field in row["from_unfit_runs"] else text
+UNFIT_NOTE = ("† rests on runs that do not fit the memory limit (fits: runs within it / runs "
+              "that ended): such a run's value is the objective's ranking penalty, behind "
+              "every run that fits, so the figure does not compare with those of runs that "
+              "fit.")
+
+
+def mark_unfit(row: dict, field: str, text: str) -> str:
+    """`text` with † where the figure rests on a run over the memory limit (`UNFIT_NOTE`)."""
+    return text + "†" if field in row.get("from_unfit_runs", ()) else text
 
 
 def _columns(name: str) -> list[tuple]:
     """Table 1's columns: (header, alignment, the reference it needs or None, cell of a row).
     A column whose reference a table lacks is left out, and the table says why once."""
     def wins(r):
-        return "-" if r["wins"] is None else _figure(r, "wins", f"{r['wins']}/{r['losses']}")
+        return "-" if r["wins"] is None else mark_unfit(r, "wins", f"{r['wins']}/{r['losses']}")
 
     def p_value(r):
         return "-" if r["wilcoxon_p"] is None else \
-            _figure(r, "wilcoxon_p", f"{r['wilcoxon_p']:.2g}")
+            mark_unfit(r, "wilcoxon_p", f"{r['wilcoxon_p']:.2g}")
 
     def figure(field, digits=2, signed=False):  # from_unfit_runs names no missing figure
-        return lambda r: _figure(r, field, _fmt(r[field], digits, signed))
+        return lambda r: mark_unfit(r, field, _fmt(r[field], digits, signed))
 
     return [("method", "l", None, _label),
             ("budget", "r", None, lambda r: str(r["budget"])),
@@ -411,10 +417,7 @@ def to_markdown(rows: list[dict], baseline: tuple[str, int] = BASELINE) -> str:
                                     "".join(c[1] for c in columns))
             lines.append("")
             if any(r["from_unfit_runs"] for r in part):
-                lines += ["† rests on runs that do not fit the memory limit (fits: runs "
-                          "within it / runs that ended): such a run's value is the "
-                          "objective's ranking penalty, behind every run that fits, so the "
-                          "figure does not compare with those of runs that fit.", ""]
+                lines += [UNFIT_NOTE, ""]
             no_store = max(r["no_best_known"] for r in part)
             beaten = max(r["store_beaten"] for r in part)
             lines += [f"Best-known store: entries for {graphs - no_store} of {graphs} graphs"
@@ -534,12 +537,19 @@ def pool_memory_limits(records: Iterable[dict], best_known: dict) -> tuple[list[
     return pooled, keys
 
 
-def _pool_bounds(known_bounds: dict) -> dict:
+def _pool_bounds(known_bounds: dict, records: list[dict]) -> dict:
     """Store bounds with their memory limit dropped, as `pool_memory_limits` drops it: the
-    least of a key's bounds under its limits (each holds for its own limit's problem; the
-    least is no more than any of them)."""
+    least of a key's bounds under the limits the records ran under (each holds for its own
+    limit's problem, and a tighter limit's may exceed a looser one's optimum; the least of
+    the runs' own is no more than any of them)."""
+    from regal.bestknown import entry_key
+
+    ran = {entry_key(r["fingerprint"], r["devices"], r.get("memory_limit"), r["objective"])
+           for r in records}
     keys: dict = {}
-    for (fingerprint, devices, _limit, objective), bound in known_bounds.items():
+    for (fingerprint, devices, limit, objective), bound in known_bounds.items():
+        if (fingerprint, devices, limit, objective) not in ran:
+            continue
         key = (fingerprint, devices, None, objective)
         keys[key] = min(keys.get(key, math.inf), bound)
     return keys

@@ -187,6 +187,50 @@ def test_policy_adds_by_hand():
     assert row["mean"] == pytest.approx(0.0) and row["low"] == pytest.approx(-2.0)
     assert row["high"] == pytest.approx(2.0) and row["se"] == pytest.approx(2.0)
     assert "| d | 2 | peak_memory | 2 | +0.00 (2.00) |" in transfer.policy_adds_markdown([row])
+    assert "†" not in transfer.policy_adds_markdown([row])
+    # a BRKGA-5K run over the limit sets the scale of graph a: the row says so
+    records[0] = dict(records[0], feasible=False)
+    [row] = transfer.policy_adds(records, opts)
+    assert row["unfit_scale"] == 1
+    text = transfer.policy_adds_markdown([row])
+    assert "| +0.00 (2.00)† |" in text and "d at 2 devices (peak_memory): 1 of 2" in text
+
+
+def test_the_makespan_table_marks_figures_of_runs_over_the_limit():
+    """A BRKGA-5K run over its graph's limit counts at its ranking penalty: the improvement,
+    p, wins/losses and headroom that rest on it carry †, and the table says what † means; a
+    table whose runs all fit has no †."""
+    fit = [rec("g1", "brkga", 100.0, 1000), rec("g1", "m1", 90.0, 1000),
+           rec("g2", "brkga", 200.0, 3000), rec("g2", "m1", 180.0, 3000)]
+    store = {entry_key("fp-g1", 2, [1000, 1000], "makespan"): 80.0,
+             entry_key("fp-g2", 2, [3000, 3000], "makespan"): 160.0}
+
+    def table(records):
+        rows = [r for r in report.summarize(records, best_known=store, pool_limits=True)
+                if r["objective"] == "makespan"]
+        return transfer.markdown([dict(r, label=r["method"], p_value=r["wilcoxon_p"])
+                                  for r in rows], "t")
+
+    assert "†" not in table(fit)
+    unfit = [dict(fit[0], value=900.0, feasible=False)] + fit[1:]
+    text = table(unfit)
+    m1 = next(line for line in text.splitlines() if line.startswith("| m1 "))
+    assert m1.count("†") >= 3 and report.UNFIT_NOTE in text
+
+
+def test_pooled_store_bounds_are_those_of_the_runs_limits():
+    """A bound held for a tighter limit than the runs' may exceed their optimum: only the
+    bounds of the limits the records ran under are pooled (the least of them)."""
+    records = [rec("g1", "m1", 90.0, 1000)]
+    bounds = {entry_key("fp-g1", 2, [1000, 1000], "makespan"): 75.0,
+              entry_key("fp-g1", 2, [500, 500], "makespan"): 120.0}   # a tighter limit's
+    [row] = [r for r in report.summarize(records, pool_limits=True, known_bounds=bounds)
+             if r["method"] == "m1"]
+    assert row["gap_bound_pct"] == pytest.approx(100 * (90 - 75) / 75)
+    del bounds[entry_key("fp-g1", 2, [1000, 1000], "makespan")]   # the tighter limit's alone
+    [row] = [r for r in report.summarize(records, pool_limits=True, known_bounds=bounds)
+             if r["method"] == "m1"]
+    assert row["gap_bound_pct"] is None          # no bound of its own limit: none claimed
 
 
 def test_large_graphs_run_the_twin_and_the_paper_with_only_their_options():
