@@ -145,9 +145,6 @@ def open_cache(cache: Path, fields=CACHE_FIELDS,
     writer = JsonLinesWriter(cache, busy=f"--cache {cache}: being written by another run")
     try:
         lines = read_own_rows(cache, fields, "--cache", kind)
-        if fields == NULL_CACHE_FIELDS and any("brkga" in row for row in lines):
-            raise UserError(f"--cache {cache}: holds no_harm.py's runs (each beside a baseline "
-                            "run), not this script's")
     except BaseException:
         writer.close()
         raise

@@ -38,7 +38,7 @@ from regal.files import write_text  # noqa: E402
 from regal.io import load_graph  # noqa: E402
 from regal.report import markdown_table  # noqa: E402
 from regal.sim import DeviceSpec  # noqa: E402
-from regal.user_errors import report_user_errors  # noqa: E402
+from regal.user_errors import UserError, report_user_errors  # noqa: E402
 
 
 def recorded(records_file: Path, method: str, budget: int, seeds: int,
@@ -109,6 +109,9 @@ def _main(argv=None) -> int:
                      "on the graphs of --graphs")
     writer, lines = open_cache(cache, NULL_CACHE_FIELDS, "run of no_harm_null.py")
     try:
+        if any("brkga" in row for row in lines):    # no_harm.py's: each beside a baseline run
+            raise UserError(f"--cache {cache}: holds no_harm.py's runs (each beside a baseline "
+                            "run), not this script's")
         done = cached_runs(lines, args)
     except BaseException:
         writer.close()

@@ -153,7 +153,7 @@ def summarize(records: Iterable[dict], baseline: tuple[str, int] = BASELINE,
     best_known = best_known or {}
     known_bounds = known_bounds or {}
     if pool_limits:  # after the checks: a record's feasibility is judged by its own limit
-        known_bounds = _pool_bounds(known_bounds, records)
+        known_bounds = _least_of_runs_limits(known_bounds, records)
         records, best_known = pool_memory_limits(records, best_known)
     bounds = bounds or {}
 
@@ -518,40 +518,28 @@ def pool_memory_limits(records: Iterable[dict], best_known: dict) -> tuple[list[
     is loose for some graphs of a split and infeasible for others) make one row per method
     instead of a setting per graph. Runs of a graph under two limits then share a row: pool
     only records made with one limit per (graph, devices, objective). A store entry is kept
-    only when some record ran under its limit."""
-    from regal.bestknown import entry_key
-
+    only when some record ran under its limit (`_least_of_runs_limits`)."""
     records = list(records)
     pooled = [dict(r, memory_limit=None) if r.get("memory_limit") is not None else r
               for r in records]
-    # a store value counts only for the limits the records ran under: a lower value found
-    # under a looser limit is no best-known for runs under a tighter one
-    ran = {entry_key(r["fingerprint"], r["devices"], r.get("memory_limit"), r["objective"])
-           for r in records}
-    keys: dict = {}
-    for (fingerprint, devices, limit, objective), value in best_known.items():
-        if (fingerprint, devices, limit, objective) not in ran:
-            continue
-        key = (fingerprint, devices, None, objective)
-        keys[key] = min(keys.get(key, math.inf), value)
-    return pooled, keys
+    return pooled, _least_of_runs_limits(best_known, records)
 
 
-def _pool_bounds(known_bounds: dict, records: list[dict]) -> dict:
-    """Store bounds with their memory limit dropped, as `pool_memory_limits` drops it: the
-    least of a key's bounds under the limits the records ran under (each holds for its own
-    limit's problem, and a tighter limit's may exceed a looser one's optimum; the least of
-    the runs' own is no more than any of them)."""
+def _least_of_runs_limits(by_store_key: dict, records: list[dict]) -> dict:
+    """Store values or bounds with their memory limit dropped, as `pool_memory_limits` drops
+    it: per key, the least of those under the limits the records ran under. Another limit's
+    never counts: a lower value found under a looser limit is no best-known for runs under a
+    tighter one, and a tighter limit's bound may exceed a looser one's optimum (each holds
+    for its own limit's problem; the least of the runs' own is no more than any of them)."""
     from regal.bestknown import entry_key
 
     ran = {entry_key(r["fingerprint"], r["devices"], r.get("memory_limit"), r["objective"])
            for r in records}
     keys: dict = {}
-    for (fingerprint, devices, limit, objective), bound in known_bounds.items():
-        if (fingerprint, devices, limit, objective) not in ran:
-            continue
-        key = (fingerprint, devices, None, objective)
-        keys[key] = min(keys.get(key, math.inf), bound)
+    for (fingerprint, devices, limit, objective), value in by_store_key.items():
+        if (fingerprint, devices, limit, objective) in ran:
+            key = (fingerprint, devices, None, objective)
+            keys[key] = min(keys.get(key, math.inf), value)
     return keys
 
 
